@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what k3.cpp needs on Debian 12 (idempotent), creates the Python venv and builds
+# the Release tree in build/. Usage: scripts/setup.sh [--asan]   (--asan also builds build-asan/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-venv python3-numpy python3-torch bible-kjv)
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python: Debian's interpreter (so python3-torch / python3-numpy are importable) in a venv,
+# plus pinned PyPI packages.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import numpy' 2>/dev/null; then
+  rm -rf .venv
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+if ! cmp -s tools/requirements.txt .venv/.requirements.installed 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check -r tools/requirements.txt
+  cp tools/requirements.txt .venv/.requirements.installed
+fi
+
+JOBS=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$JOBS"
+if [ "${1:-}" = "--asan" ]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DK3_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j "$JOBS"
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+        -DK3_FUZZ=ON -DK3_BUILD_TESTS=OFF -DK3_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-fuzz -j "$JOBS" --target k3_fuzz_targets
+fi

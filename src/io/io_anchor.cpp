@@ -1,0 +1,1 @@
+// io library translation unit anchor (keeps the library non-empty).

@@ -1,0 +1,1 @@
+// kernels library translation unit anchor (keeps the library non-empty).

@@ -1,0 +1,1 @@
+// model library translation unit anchor (keeps the library non-empty).

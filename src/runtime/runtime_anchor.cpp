@@ -1,0 +1,1 @@
+// runtime library translation unit anchor (keeps the library non-empty).

@@ -1,0 +1,1 @@
+// tokenizer library translation unit anchor (keeps the library non-empty).

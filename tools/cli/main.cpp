@@ -1,0 +1,34 @@
+// k3 — command-line front end. `k3 --help` lists the subcommands.
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "command.h"
+#include "core/error.h"
+
+namespace k3cli {
+std::vector<Command>& registry() {
+  static std::vector<Command> r;
+  return r;
+}
+}  // namespace k3cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"k3 — Kimi K3 inference engine"};
+  app.require_subcommand(1);
+  auto& cmds = k3cli::registry();
+  std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (auto& c : cmds) c.setup(app.add_subcommand(c.name, c.help));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const k3::Error& e) {
+    std::fprintf(stderr, "k3: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "k3: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
