@@ -1,0 +1,125 @@
+"""Tiny random K3 checkpoint generator (published K3 layout, k3-architecture.md §1-§2, §4).
+
+Usage: python tools/reference/gen_tiny.py --out DIR --variant {k3,scaled,many_experts,kimi_linear_gate} --seed S
+
+Writes only config.json, model-0000K-of-00000N.safetensors shards and model.safetensors.index.json.
+Deterministic given (variant, seed). Weights are random with scales chosen so activations stay O(1).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import k3_checkpoint as kc  # noqa: E402
+
+VARIANTS = ("k3", "scaled", "many_experts", "kimi_linear_gate")
+A_LOG_PAD = 8  # KDA has 4 heads; A_log stored zero-padded to 8 (like K3's 96 → 128)
+
+
+def variant_config(variant: str) -> dict:
+    """Wrapper config dict for a named variant (see module doc / brief)."""
+    if variant == "k3":
+        return kc.make_config()
+    if variant == "scaled":
+        return kc.make_config(routed_scaling_factor=2.5)
+    if variant == "many_experts":
+        return kc.make_config(num_experts=520, num_experts_per_token=8)
+    if variant == "kimi_linear_gate":
+        cfg = kc.make_config()
+        del cfg["text_config"]["linear_attn_config"]["gate_lower_bound"]
+        return cfg
+    raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}")
+
+
+def random_tensors(tc: dict, rng: np.random.Generator, a_log_pad_to: int = A_LOG_PAD) -> dict:
+    """Random weights for every tensor of tensor_inventory(tc): {name: (dtype_str, storage ndarray)}.
+
+    Linear [out, in]: N(0,1)/sqrt(in). Norm weights: 1 + 0.1 N(0,1). AttnRes res_proj [1, D]:
+    0.05 N(0,1) (mix scores then have std ≈ 0.05·sqrt(D) = 0.4: visibly non-uniform). Conv taps N(0, 0.5²).
+    dt_bias N(0,1); A_log N(0, 0.5²) on real heads, zeros on padding; correction bias 0.1 N(0,1);
+    embeddings N(0,1). Routed experts: N(0,1)/sqrt(in) quantized to MXFP4.
+    """
+    Hk = tc["linear_attn_config"]["num_heads"]
+    out = {}
+    pending = {}  # MXFP4 matrices to quantize, batched per (layer, shape); rows are independent
+    for name, dt, shape in kc.tensor_inventory(tc, a_log_pad_to=a_log_pad_to):
+        base = name.rsplit(".", 1)[-1]
+        if dt == "U8":
+            if base == "weight_scale":
+                continue  # produced together with weight_packed
+            w = rng.standard_normal((shape[0], shape[1] * 2)) / np.sqrt(shape[1] * 2)
+            layer = name.split(".experts.")[0]
+            pending.setdefault((layer, w.shape), []).append((name, w))
+            continue
+        if name.endswith("A_log"):
+            a = np.zeros(shape, dtype=np.float32)
+            a[:Hk] = 0.5 * rng.standard_normal(Hk)
+            out[name] = ("F32", a)
+            continue
+        if name.endswith("dt_bias"):
+            w = rng.standard_normal(shape)
+        elif name.endswith("e_score_correction_bias"):
+            w = 0.1 * rng.standard_normal(shape)
+        elif "conv1d" in name:
+            w = 0.5 * rng.standard_normal(shape)
+        elif name.endswith("res_proj.weight"):
+            w = 0.05 * rng.standard_normal(shape)
+        elif "norm" in name:
+            w = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif name.endswith("embed_tokens.weight"):
+            w = rng.standard_normal(shape)
+        else:
+            w = rng.standard_normal(shape) / np.sqrt(shape[-1])
+        if dt == "F32":
+            out[name] = ("F32", w.astype(np.float32))
+        else:
+            out[name] = ("BF16", kc.f32_to_bf16_bits(w))
+    for (_, shape), items in pending.items():
+        packed, scale = kc.mxfp4_quantize(np.concatenate([w for _, w in items], axis=0))
+        for j, (name, _) in enumerate(items):
+            rows = slice(j * shape[0], (j + 1) * shape[0])
+            out[name] = ("U8", packed[rows])
+            out[name.replace("weight_packed", "weight_scale")] = ("U8", scale[rows])
+    return out
+
+
+def vision_tensors(rng: np.random.Generator) -> dict:
+    """A few placeholder vision tensors (names as published: vision_tower.*, mm_projector.*)."""
+    def bf(shape):
+        return ("BF16", kc.f32_to_bf16_bits(0.02 * rng.standard_normal(shape)))
+    return {
+        "vision_tower.patch_embed.proj.weight": bf((16, 3, 14, 14)),
+        "vision_tower.encoder.blocks.0.attn.qkv.weight": bf((48, 16)),
+        "vision_tower.encoder.final_layernorm.weight": bf((16,)),
+        "mm_projector.proj.0.weight": bf((64, 64)),
+        "mm_projector.proj.2.weight": bf((64, 64)),
+        "mm_projector.pre_norm.weight": bf((64,)),
+    }
+
+
+def generate(out_dir: str, variant: str = "k3", seed: int = 0, n_shards: int = 3) -> dict:
+    """Generate the checkpoint into out_dir; returns the config dict."""
+    cfg = variant_config(variant)
+    rng = np.random.default_rng([seed, VARIANTS.index(variant)])
+    tc = kc.text_config(cfg)
+    tensors = random_tensors(tc, rng)
+    kc.write_checkpoint(out_dir, cfg, tensors, n_shards=n_shards, extra_tensors=vision_tensors(rng))
+    return cfg
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--variant", default="k3", choices=VARIANTS)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shards", type=int, default=3)
+    a = ap.parse_args(argv)
+    generate(a.out, a.variant, a.seed, a.shards)
+
+
+if __name__ == "__main__":
+    main()
