@@ -2,6 +2,7 @@
 // validated. Every dimension the engine uses comes from here; nothing is a compile-time cap.
 #pragma once
 #include <filesystem>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,8 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   int attn_res_block_size = 0;  ///< 12; 0 = no AttnRes (refused: K3 requires it)
   int bos_token_id = -1, eos_token_id = -1, pad_token_id = -1;
+  int64_t max_position_embeddings = 0;  ///< 1048576 (informational; 0 when absent)
+  int num_nextn_predict_layers = 0;     ///< MTP layers; must be 0 (K3 ships none)
   // --- MLA ---
   int num_attention_heads = 0;  ///< 96
   int q_lora_rank = 0;          ///< 1536
@@ -74,6 +77,12 @@ struct ModelConfig {
 
   /// Derived layer plan, size num_hidden_layers.
   std::vector<LayerSpec> plan;
+
+  // --- derived helpers (from `plan`) ---
+  int n_kda_layers() const;                 ///< layers with attn == KDA (69 for K3)
+  int n_mla_layers() const;                 ///< layers with attn == MLA (24)
+  int n_moe_layers() const;                 ///< layers with ffn == LatentMoE (92)
+  std::vector<int> mla_layer_indices() const;  ///< 0-indexed, ascending
 };
 
 /// Parses config.json (wrapper with text_config, or flat text config).

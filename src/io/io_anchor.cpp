@@ -1,1 +1,0 @@
-// io library translation unit anchor (keeps the library non-empty).

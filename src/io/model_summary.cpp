@@ -1,0 +1,90 @@
+#include "io/model_summary.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "io/tensor_table.h"
+
+namespace k3 {
+
+ParamCounts count_params(const ModelConfig& c) {
+  ParamCounts p;
+  for_each_tensor_spec(c, [&](const TensorSpec& s) {
+    const int64_t n = s.numel();
+    switch (s.group) {
+      case TensorGroup::Global:
+        if (s.name == "model.embed_tokens.weight") p.embedding += n;
+        else if (s.name == "lm_head.weight") p.lm_head += n;
+        else p.norms_attn_res += n;
+        break;
+      case TensorGroup::Common: p.norms_attn_res += n; break;
+      case TensorGroup::KDA: p.attention_kda += n; break;
+      case TensorGroup::MLA: p.attention_mla += n; break;
+      case TensorGroup::DenseMLP: p.dense_mlp += n; break;
+      case TensorGroup::MoE:
+        if (s.name.find(".shared_experts.") != std::string::npos) p.moe_shared += n;
+        else if (s.name.find(".gate.") != std::string::npos) p.moe_router += n;
+        else p.moe_latent += n;
+        break;
+      case TensorGroup::Expert:
+        p.routed_experts += n;
+        if (s.expert < c.num_experts_per_token) p.routed_active += n;  // every expert has the same size
+        break;
+    }
+  });
+  p.total = p.embedding + p.lm_head + p.attention_kda + p.attention_mla + p.dense_mlp + p.moe_shared +
+            p.moe_latent + p.moe_router + p.routed_experts + p.norms_attn_res;
+  p.active = p.total - p.embedding - (p.routed_experts - p.routed_active);
+  return p;
+}
+
+StateBytes state_bytes(const ModelConfig& c) {
+  StateBytes s;
+  const uint64_t H = static_cast<uint64_t>(c.kda_num_heads), d = static_cast<uint64_t>(c.kda_head_dim);
+  const uint64_t K = static_cast<uint64_t>(c.short_conv_kernel_size);
+  s.kda_recurrent_per_layer = H * d * d * 4;
+  s.kda_conv_per_layer = (K - 1) * 3 * H * d * 4;
+  s.kda_total = (s.kda_recurrent_per_layer + s.kda_conv_per_layer) * static_cast<uint64_t>(c.n_kda_layers());
+  s.mla_per_token_per_layer = static_cast<uint64_t>(c.kv_lora_rank + c.qk_rope_head_dim) * 4;
+  s.mla_per_token = s.mla_per_token_per_layer * static_cast<uint64_t>(c.n_mla_layers());
+  return s;
+}
+
+CheckpointStats checkpoint_stats(const Checkpoint& ck) {
+  CheckpointStats st;
+  st.shard_count = ck.shard_count();
+  for (const auto& t : ck.tensors()) {
+    ++st.n_tensors;
+    if (is_vision_tensor_name(t.name)) {
+      ++st.n_vision;
+      st.vision_bytes += t.nbytes;
+    } else {
+      ++st.n_text;
+      st.text_bytes += t.nbytes;
+      st.text_bytes_by_dtype[t.dtype] += t.nbytes;
+      ++st.text_tensors_by_dtype[t.dtype];
+    }
+  }
+  return st;
+}
+
+std::string format_layer_plan(const ModelConfig& c) {
+  std::string r;
+  const int B = c.attn_res_block_size > 0 ? c.attn_res_block_size : 12;
+  for (size_t i = 0; i < c.plan.size(); ++i) {
+    const LayerSpec& l = c.plan[i];
+    if (l.il % B == 0) {
+      if (!r.empty()) r += "\n";
+      const int last = std::min<int>(l.il + B - 1, c.num_hidden_layers - 1);
+      char head[32];
+      std::snprintf(head, sizeof head, "  %3d-%-3d |", l.il, last);
+      r += head;
+    }
+    r += ' ';
+    r += l.attn == AttnKind::KDA ? 'K' : 'M';
+    r += l.ffn == FfnKind::Dense ? 'd' : ' ';
+  }
+  return r;
+}
+
+}  // namespace k3

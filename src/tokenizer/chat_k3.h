@@ -1,0 +1,55 @@
+// The K3 chat format ("XTML", encoding_k3.py's build_chat_segments + tokenization_kimi.py's
+// apply_chat_template; spec tokenizer.md §4, k3-architecture.md §5.2).
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace k3 {
+
+/// apply_chat_template keyword arguments.
+struct ChatOptions {
+  bool thinking = true;                              ///< `thinking` / `enable_thinking`
+  std::optional<std::string> thinking_effort = "max";  ///< low/high/max; nullopt = no message
+  bool add_generation_prompt = true;
+  nlohmann::ordered_json tools;            ///< OpenAI tools list, or null
+  nlohmann::ordered_json tool_choice;      ///< "auto"/"required"/"none" or null
+  nlohmann::ordered_json response_format;  ///< {"type": "json_object"|"text"} or null
+
+  /// From an HF-style kwargs object: thinking, enable_thinking, thinking_effort (string or
+  /// null), add_generation_prompt, tools, tool_choice, response_format. Unknown keys are
+  /// rejected. Errors: k3::Error naming the key, expected vs found.
+  static ChatOptions from_kwargs(const nlohmann::ordered_json& kwargs);
+};
+
+/// One rendered segment: control segments are the four markers, encoded with specials
+/// allowed; text segments are encoded with specials disallowed. Each is BPE'd separately.
+struct ChatSegment {
+  std::string text;
+  bool control;
+};
+
+/// Renders OpenAI-style messages (role/content/name/reasoning_content/tool_calls/
+/// tool_call_id) into segments, in the reference's order: tool declaration, thinking effort,
+/// messages, tool-choice note, response-format note, generation prompt. No [BOS].
+/// Unknown roles are skipped, as the reference does. Errors: k3::Error naming the message
+/// index and key for malformed input and for features whose layout is not pinned here
+/// (image parts, dynamic system `tools`, json_schema response formats, effort "medium").
+std::vector<ChatSegment> build_chat_segments(const nlohmann::ordered_json& messages, const ChatOptions& opt);
+
+/// The ids: each segment encoded separately and concatenated (control: specials allowed).
+std::vector<int32_t> encode_chat_segments(const Tokenizer& tok, const std::vector<ChatSegment>& segs);
+
+/// tokenize=False text: the segments joined.
+std::string join_chat_segments(const std::vector<ChatSegment>& segs);
+
+/// Shorthand: build + encode.
+std::vector<int32_t> render_chat(const Tokenizer& tok, const nlohmann::ordered_json& messages,
+                                 const ChatOptions& opt = {});
+
+}  // namespace k3

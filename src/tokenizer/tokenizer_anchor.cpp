@@ -1,1 +1,0 @@
-// tokenizer library translation unit anchor (keeps the library non-empty).
