@@ -21,8 +21,14 @@ int main(int argc, char** argv) {
   for (auto& c : cmds) c.setup(app.add_subcommand(c.name, c.help));
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, naming the flag (CLI11's message), and a non-zero exit.
+    std::fprintf(stderr, "k3: error: %s (see k3 --help)\n", e.what());
+    return e.get_exit_code() != 0 ? e.get_exit_code() : 1;
   } catch (const k3::Error& e) {
     std::fprintf(stderr, "k3: error: %s\n", e.what());
     return 1;

@@ -1,0 +1,91 @@
+// Prefill + decode loop.
+#include "runtime/generator.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "runtime/stats.h"
+
+namespace k3 {
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::StopToken: return "stop token";
+    case StopReason::MaxTokens: return "n-predict";
+    case StopReason::ContextFull: return "context full";
+    case StopReason::Cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<const int32_t> tokens, int64_t n_batch) {
+  if (tokens.empty()) throw Error("prefill: the prompt is empty (expected at least 1 token)");
+  if (n_batch < 1) throw Error("-b/--batch-size: expected >= 1, found " + std::to_string(n_batch));
+  std::vector<float> logits;
+  for (std::size_t i = 0; i < tokens.size(); i += static_cast<std::size_t>(n_batch)) {
+    const std::size_t n = std::min(tokens.size() - i, static_cast<std::size_t>(n_batch));
+    logits = model.forward(seq, tokens.subspan(i, n), false);
+  }
+  return logits;
+}
+
+void check_prompt_fits(int64_t n_past, int64_t n_prompt, int64_t n_ctx) {
+  if (n_prompt <= 0) throw Error("generate: the prompt is empty (expected at least 1 token)");
+  if (n_past + n_prompt >= n_ctx) {
+    std::string what = "prompt is " + std::to_string(n_prompt) + " tokens";
+    if (n_past > 0) what += " (+ " + std::to_string(n_past) + " already in the conversation)";
+    throw Error(what + ", -c/--ctx-size is " + std::to_string(n_ctx) +
+                ": the prompt must be shorter than the context (raise -c or shorten the prompt)");
+  }
+}
+
+GenerateResult generate(const Model& model, SequenceState& seq, std::span<const int32_t> prompt, Sampler& sampler,
+                        const GenerateOptions& opt, const std::function<bool(int32_t)>& on_token) {
+  const int64_t vocab = model.config().vocab_size;
+  const int64_t n_vocab = opt.n_vocab > 0 ? opt.n_vocab : vocab;
+  if (n_vocab > vocab)
+    throw Error("generate: the tokenizer has " + std::to_string(n_vocab) + " ids but the model's vocab_size is " +
+                std::to_string(vocab));
+  if (opt.n_predict < -1) throw Error("-n/--n-predict: expected -1 (unlimited) or >= 0, found " + std::to_string(opt.n_predict));
+  check_prompt_fits(seq.n_past(), static_cast<int64_t>(prompt.size()), opt.n_ctx);
+
+  GenerateResult r;
+  r.n_prompt = static_cast<int64_t>(prompt.size());
+  Timer t;
+  std::vector<float> logits = prefill(model, seq, prompt, opt.n_batch);
+  for (int32_t id : prompt) sampler.accept(id);
+  r.prompt_ms = t.ms();
+  if (opt.on_prefilled) opt.on_prefilled(seq);
+
+  t.restart();
+  auto is_stop = [&](int32_t id) { return std::find(opt.stop_ids.begin(), opt.stop_ids.end(), id) != opt.stop_ids.end(); };
+  r.stop = StopReason::MaxTokens;
+  while (opt.n_predict < 0 || static_cast<int64_t>(r.ids.size()) < opt.n_predict) {
+    if (opt.cancel && opt.cancel->load()) {
+      r.stop = StopReason::Cancelled;
+      break;
+    }
+    const int32_t id = sampler.sample(std::span<const float>(logits.data(), static_cast<std::size_t>(n_vocab)));
+    sampler.accept(id);
+    r.ids.push_back(id);
+    if (is_stop(id)) {
+      r.stop = StopReason::StopToken;
+      r.stop_id = id;
+      break;
+    }
+    if (!on_token(id) || (opt.cancel && opt.cancel->load())) {
+      r.stop = StopReason::Cancelled;
+      break;
+    }
+    if (seq.n_past() + 1 >= opt.n_ctx) {  // the pending id takes the last free position
+      r.stop = StopReason::ContextFull;
+      break;
+    }
+    if (opt.n_predict >= 0 && static_cast<int64_t>(r.ids.size()) >= opt.n_predict) break;
+    logits = model.forward(seq, std::span<const int32_t>(&r.ids.back(), 1), false);
+  }
+  r.gen_ms = t.ms();
+  return r;
+}
+
+}  // namespace k3

@@ -1,0 +1,62 @@
+// The generation loop: prefill a prompt into a sequence, then sample + decode one token at a
+// time until a stop id, the -n limit, a full context or a cancel request.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "model/k3_model.h"
+#include "runtime/sampler.h"
+
+namespace k3 {
+
+/// Why generate() returned.
+enum class StopReason { StopToken, MaxTokens, ContextFull, Cancelled };
+const char* stop_reason_name(StopReason r);  ///< "stop token", "n-predict", "context full", "cancelled"
+
+struct GenerateOptions {
+  int64_t n_predict = 128;         ///< max ids to sample; -1 = until a stop id or a full context
+  int64_t n_ctx = 4096;            ///< context limit (tokens in the sequence, prompt included)
+  int64_t n_batch = 512;           ///< prefill chunk (tokens per forward call), >= 1
+  int64_t n_vocab = 0;             ///< sample only ids [0, n_vocab) (the tokenizer's); 0 = all
+  std::vector<int32_t> stop_ids;   ///< ids that end generation (returned, never fed/streamed)
+  const std::atomic<bool>* cancel = nullptr;  ///< when set to true, stop before the next decode
+  /// Called once after the prompt is prefilled, with the state at the end of the prompt (e.g. to
+  /// keep a copy for prompt reuse). Optional.
+  std::function<void(const SequenceState&)> on_prefilled;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> ids;  ///< sampled ids, the stop id (if any) last
+  StopReason stop = StopReason::MaxTokens;
+  int32_t stop_id = -1;      ///< the stop id when stop == StopToken
+  int64_t n_prompt = 0;      ///< ids prefilled by this call
+  double prompt_ms = 0;      ///< prefill wall time
+  double gen_ms = 0;         ///< sampling + decode wall time
+};
+
+/// Appends `prompt` to `seq` (which may already hold earlier tokens) and generates.
+/// `on_token(id)` is called for each sampled non-stop id, in order, before the next one is
+/// computed (stream it); returning false stops with StopReason::Cancelled.
+/// Every prompt id and every sampled id is given to sampler.accept() (llama.cpp's penalty history).
+/// On return `seq` holds the prompt followed by every id of result.ids except the last one
+/// (the last sampled id is never fed). Context: generation stops with ContextFull once the
+/// sequence plus the pending id fill n_ctx tokens.
+/// Errors (k3::Error, `seq` unchanged): empty prompt; seq.n_past() + prompt.size() >= n_ctx
+/// ("prompt is N tokens, -c/--ctx-size is M"); n_batch < 1; n_vocab larger than the model's;
+/// plus whatever Model::forward throws.
+GenerateResult generate(const Model& model, SequenceState& seq, std::span<const int32_t> prompt, Sampler& sampler,
+                        const GenerateOptions& opt, const std::function<bool(int32_t)>& on_token);
+
+/// Throws the k3::Error generate() throws when a prompt of n_prompt ids does not fit after
+/// n_past ids in a context of n_ctx (n_past + n_prompt >= n_ctx), or is empty — so a caller can
+/// check before printing anything.
+void check_prompt_fits(int64_t n_past, int64_t n_prompt, int64_t n_ctx);
+
+/// Feeds `tokens` into `seq` in chunks of n_batch and returns the logits of the last token
+/// ([vocab] fp32). Errors: k3::Error for an empty `tokens` or n_batch < 1, and Model::forward's.
+std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<const int32_t> tokens, int64_t n_batch);
+
+}  // namespace k3

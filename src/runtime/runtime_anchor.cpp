@@ -1,1 +1,0 @@
-// runtime library translation unit anchor (keeps the library non-empty).

@@ -1,0 +1,214 @@
+// `k3 bench`: llama-bench-style speed of a checkpoint (issue #6): prefill tokens/s (pp<P>) and
+// decode tokens/s (tg<N>), medians of several runs, the bytes of weights one decoded token reads,
+// that traffic as GB/s and as a fraction of the machine's read bandwidth (built-in streaming probe,
+// kernels/read_bandwidth.h), and the decode speed extrapolated to the full K3 (93 layers, 896
+// experts, vocab 163840) at the same effective bandwidth (algorithms.md §8: decode is bound by
+// weight bytes / bandwidth).
+//
+//   k3 bench -m DIR [-t N] [-p 512] [-n 128] [-r 5] [--json] [--probe-mb 1024]
+//
+// Bandwidth-bound model for this: tools/reference/gen_bench_model.py --out /tmp/k3-bench.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "kernels/dispatch.h"
+#include "kernels/ops.h"
+#include "kernels/read_bandwidth.h"
+#include "kernels/threads.h"
+#include "model/k3_model.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string model;
+  int threads = 0, prompt = 512, gen = 128, reps = 5, probe_mb = 1024;
+  bool json = false;
+};
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// ---- weight bytes per decoded token -------------------------------------------------------
+
+/// From the checkpoint itself: every text tensor once, the embedding as one row, routed experts
+/// as top_k / num_experts of each MoE layer's expert bytes.
+double decode_bytes_from_checkpoint(const k3::Checkpoint& ck) {
+  const k3::ModelConfig& c = ck.config();
+  double dense = 0, experts = 0;
+  for (const k3::TensorView& t : ck.tensors()) {
+    if (t.name.rfind("language_model.", 0) != 0) continue;  // vision
+    if (t.name.find("embed_tokens") != std::string::npos)
+      dense += static_cast<double>(t.nbytes) / std::max<int64_t>(1, t.dim(0));
+    else if (t.name.find(".experts.") != std::string::npos)
+      experts += static_cast<double>(t.nbytes);
+    else
+      dense += static_cast<double>(t.nbytes);
+  }
+  return dense + experts * c.num_experts_per_token / std::max(1, c.num_experts);
+}
+
+/// The same from the config's widths (k3-architecture.md §2), for any layer/expert/vocab count.
+double decode_bytes_formula(const k3::ModelConfig& c, int n_kda, int n_mla, int n_dense, int n_moe,
+                            int n_experts, int64_t vocab) {
+  const double D = c.hidden_size, H = c.kda_num_heads, dk = c.kda_head_dim, C = H * dk,
+               K = c.short_conv_kernel_size;
+  const double kda = 2 * (3 * C * D + dk * D + C * dk + H * D + C * D + D * C) +
+                     4 * (3 * C * K + C + std::max(128.0, H) + dk);
+  const double Hm = c.num_attention_heads, qr = c.q_lora_rank, kvr = c.kv_lora_rank,
+               dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
+  const double mla = 2 * (qr * D + qr + Hm * (dn + dr) * qr + (kvr + dr) * D + kvr +
+                          Hm * (dn + dv) * kvr + Hm * dv * D + D * Hm * dv);
+  const double dense = 2 * 3 * static_cast<double>(c.intermediate_size) * D;
+  const double E = n_experts, Lat = c.routed_expert_hidden_size, Im = c.moe_intermediate_size,
+               S = c.num_shared_experts;
+  const double moe_fixed = 2 * (E * D + Lat * D + Lat + D * Lat + 3 * S * Im * D) + 4 * E;
+  const double routed = c.num_experts_per_token * 3 * Im * Lat * 17 / 32;
+  const double per_layer = 2 * 6 * D;
+  const double globals = 2 * static_cast<double>(vocab) * D + 2 * D + 2 * 3 * D;
+  return n_kda * kda + n_mla * mla + n_dense * dense + n_moe * (moe_fixed + routed) +
+         (n_kda + n_mla) * per_layer + globals;
+}
+
+/// Touches every page of every tensor (parallel) so timed runs read RAM, not the disk.
+void page_in(const k3::Checkpoint& ck) {
+  const auto& ts = ck.tensors();
+  k3::parallel_for(static_cast<int64_t>(ts.size()), 1, [&](int64_t b, int64_t e) {
+    volatile uint8_t sink = 0;
+    for (int64_t i = b; i < e; ++i)
+      for (uint64_t o = 0; o < ts[i].nbytes; o += 4096) sink = sink ^ ts[i].data[o];
+  });
+}
+
+void run(const Options& o) {
+  if (o.prompt < 1 || o.gen < 1 || o.reps < 1)
+    throw k3::Error("bench: -p, -n and -r must be >= 1 (got " + std::to_string(o.prompt) + ", " +
+                    std::to_string(o.gen) + ", " + std::to_string(o.reps) + ")");
+  if (o.threads > 0) k3::set_num_threads(o.threads);
+  const int nt = k3::num_threads();
+  auto ck = k3::Checkpoint::open(o.model);
+  k3::Model model(*ck);
+  const k3::ModelConfig& c = model.config();
+  const auto tp0 = Clock::now();
+  page_in(*ck);
+  const double t_page = seconds_since(tp0);
+
+  // deterministic pseudo-random token ids (avoid the special ids at the top of the vocab)
+  const int32_t V = std::max(2, c.vocab_size - 256);
+  uint32_t rs = 12345;
+  auto next_id = [&] {
+    rs = rs * 1664525u + 1013904223u;
+    return static_cast<int32_t>((rs >> 8) % static_cast<uint32_t>(V));
+  };
+  std::vector<int32_t> prompt(static_cast<size_t>(o.prompt));
+  for (auto& id : prompt) id = next_id();
+
+  // prefill: one forward over the whole prompt from an empty state
+  std::vector<double> pp;
+  {
+    auto s = model.new_sequence();
+    model.forward(s, std::span<const int32_t>(prompt.data(), std::min<size_t>(prompt.size(), 8)), false);
+  }
+  for (int r = 0; r < o.reps; ++r) {
+    auto s = model.new_sequence();
+    const auto t0 = Clock::now();
+    model.forward(s, prompt, false);
+    pp.push_back(seconds_since(t0));
+  }
+  // decode: n single-token steps from an empty state (llama-bench tg)
+  std::vector<double> tg;
+  for (int r = 0; r <= o.reps; ++r) {  // r == 0 is the warm-up
+    auto s = model.new_sequence();
+    int32_t tok = next_id();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < o.gen; ++i) {
+      model.forward(s, std::span<const int32_t>(&tok, 1), false);
+      tok = next_id();
+    }
+    if (r > 0) tg.push_back(seconds_since(t0));
+  }
+  const k3::ReadBandwidth bw = k3::measure_read_bandwidth(static_cast<uint64_t>(o.probe_mb) << 20, 7);
+
+  const char* kernels = model.options().kernels == k3::ModelKernels::Reference ? "ref" : "fast";
+  const char* mxfp4 = model.options().mxfp4 == k3::Mxfp4Path::ExactF32 ? "exact" : "int8";
+  const double pp_s = median(pp), tg_s = median(tg);
+  const double pp_tps = o.prompt / pp_s, tg_tps = o.gen / tg_s;
+  const double bytes_tok = decode_bytes_from_checkpoint(*ck);
+  const double bytes_formula = decode_bytes_formula(c, c.n_kda_layers(), c.n_mla_layers(),
+                                                    c.num_hidden_layers - c.n_moe_layers(),
+                                                    c.n_moe_layers(), c.num_experts, c.vocab_size);
+  const double gbs = bytes_tok * tg_tps / 1e9;
+  const double frac = gbs / bw.median_gbs;
+  // full K3: 69 KDA + 24 MLA layers, layer 0 dense, 92 MoE layers of 896 experts, vocab 163840
+  const double bytes_k3 = decode_bytes_formula(c, 69, 24, 1, 92, 896, 163840);
+  const double k3_tps = gbs * 1e9 / bytes_k3;
+  const double k3_tps_probe = bw.median_gbs * 1e9 / bytes_k3;
+
+  if (o.json) {
+    nlohmann::json j = {
+        {"model", o.model}, {"isa", k3::isa_name(k3::active_isa())}, {"threads", nt},
+        {"kernels", kernels}, {"mxfp4", mxfp4},
+        {"pp", {{"n_prompt", o.prompt}, {"seconds", pp}, {"median_s", pp_s}, {"tokens_per_s", pp_tps}}},
+        {"tg", {{"n_gen", o.gen}, {"seconds", tg}, {"median_s", tg_s}, {"tokens_per_s", tg_tps}}},
+        {"decode_weight_bytes_per_token", bytes_tok},
+        {"decode_weight_bytes_per_token_formula", bytes_formula},
+        {"decode_read_gbs", gbs},
+        {"probe", {{"median_gbs", bw.median_gbs}, {"best_gbs", bw.best_gbs}, {"runs_gbs", bw.run_gbs},
+                   {"bytes", bw.bytes}}},
+        {"fraction_of_probe", frac},
+        {"prefill_vs_decode_per_token", pp_tps / tg_tps},
+        {"k3_full", {{"decode_weight_bytes_per_token", bytes_k3}, {"tokens_per_s_at_measured_gbs", k3_tps},
+                     {"tokens_per_s_at_probe_gbs", k3_tps_probe}}},
+        {"page_in_s", t_page}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("model %s: %d layers (%d KDA, %d MLA, %d MoE of %d experts, top-%d), vocab %d\n",
+              o.model.c_str(), c.num_hidden_layers, c.n_kda_layers(), c.n_mla_layers(),
+              c.n_moe_layers(), c.num_experts, c.num_experts_per_token, c.vocab_size);
+  std::printf("kernels %s, ISA %s, MXFP4 %s, %d threads; page-in %.1f s; medians of %d runs\n\n",
+              kernels, k3::isa_name(k3::active_isa()), mxfp4, nt, t_page, o.reps);
+  std::printf("| test | t/s | ms/token | weight GB/token | read GB/s | %% of probe |\n|---|---|---|---|---|---|\n");
+  std::printf("| pp%d | %.2f | %.2f | | | |\n", o.prompt, pp_tps, 1e3 / pp_tps);
+  std::printf("| tg%d | %.3f | %.1f | %.3f | %.2f | %.0f%% |\n\n", o.gen, tg_tps, 1e3 / tg_tps,
+              bytes_tok / 1e9, gbs, 100 * frac);
+  std::printf("read probe: %.2f GB/s median (best %.2f), %d threads, %.0f MiB\n", bw.median_gbs,
+              bw.best_gbs, bw.threads, bw.bytes / 1048576.0);
+  std::printf("decode weight bytes/token: %.3f GB from the checkpoint, %.3f GB from the widths\n",
+              bytes_tok / 1e9, bytes_formula / 1e9);
+  std::printf("prefill per token is %.1fx faster than decode per token\n", pp_tps / tg_tps);
+  std::printf("full K3 (%.1f GB of weights per decoded token): %.3f t/s at the measured %.2f GB/s, "
+              "%.3f t/s at the probe's %.2f GB/s (needs the 1.56 TB model in RAM)\n",
+              bytes_k3 / 1e9, k3_tps, gbs, k3_tps_probe, bw.median_gbs);
+}
+
+const k3cli::Registrar kReg(
+    "bench", "llama-bench-style prefill/decode speed, weight bytes per token vs read bandwidth",
+    [](CLI::App* sub) {
+      auto o = std::make_shared<Options>();
+      sub->add_option("-m,--model", o->model, "checkpoint directory")->required();
+      sub->add_option("-t,--threads", o->threads, "worker threads (default: all)");
+      sub->add_option("-p,--n-prompt", o->prompt, "prompt tokens of the prefill test (default 512)");
+      sub->add_option("-n,--n-gen", o->gen, "decoded tokens of the decode test (default 128)");
+      sub->add_option("-r,--repetitions", o->reps, "runs per test; the median is reported (default 5)");
+      sub->add_option("--probe-mb", o->probe_mb, "read-bandwidth probe buffer in MiB (default 1024)");
+      sub->add_flag("--json", o->json, "print JSON instead of tables");
+      sub->callback([o] { run(*o); });
+    });
+
+}  // namespace

@@ -1,0 +1,185 @@
+// `k3 chat -m DIR`: interactive multi-turn chat in the K3 chat format (spec §5.2). Reads one user
+// message per line from stdin (a terminal or a pipe), renders the conversation with render_chat,
+// streams the answer with the markup stripped (reasoning dimmed on a terminal, or hidden with
+// --hide-thinking), stops at <|end_of_msg|>, and keeps the parsed assistant message (reasoning +
+// content) for the next turn. Ctrl-C stops the current answer; Ctrl-D (EOF) exits 0.
+// The sequence state is reused across turns when the new prompt extends a saved prefix.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "command.h"
+#include "core/error.h"
+#include "gen_flags.h"
+#include "runtime/chat_stream.h"
+#include "runtime/generator.h"
+#include "runtime/loaded_model.h"
+#include "runtime/prefix_states.h"
+#include "runtime/stats.h"
+#include "tokenizer/chat_k3.h"
+#include "tokenizer/chat_output.h"
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the SIGINT flag must be lock-free");
+
+extern "C" void on_sigint(int) { g_interrupted.store(true); }
+
+// Installs on_sigint for its lifetime (the answer being generated), then restores the old action.
+class SigintGuard {
+ public:
+  SigintGuard() {
+    struct sigaction sa {};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_);
+  }
+  ~SigintGuard() { sigaction(SIGINT, &old_, nullptr); }
+
+ private:
+  struct sigaction old_ {};
+};
+
+struct ChatCliOptions {
+  k3cli::GenFlags gen;
+  std::string system;
+  std::string effort = "max";
+  bool no_think = false;
+  bool hide_thinking = false;
+  bool stats = false;
+  bool ignore_eos = false;
+};
+
+void out(const std::string& s) {
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
+void run(const ChatCliOptions& o) {
+  if (o.effort != "low" && o.effort != "high" && o.effort != "max")
+    throw k3::Error("--effort: expected low, high or max, found '" + o.effort + "'");
+  if (o.gen.n_predict < -1)
+    throw k3::Error("-n/--n-predict: expected -1 (until stop) or >= 0, found " + std::to_string(o.gen.n_predict));
+  const k3::SamplerParams sp = o.gen.sampler_params();
+  k3cli::set_threads(o.gen.threads);
+  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir);
+  const k3::Tokenizer& tok = *lm.tokenizer;
+
+  k3::ChatOptions copt;
+  copt.thinking = !o.no_think;
+  copt.thinking_effort = o.effort;
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+
+  const bool tty_in = isatty(0) != 0, tty_out = isatty(1) != 0;
+  const char* dim = tty_out ? "\x1b[2m" : "<think>\n";
+  const char* undim = tty_out ? "\x1b[0m\n" : "\n</think>\n";
+  if (tty_in)
+    std::fprintf(stderr, "k3 chat: %s | Ctrl-C stops an answer, Ctrl-D exits\n", sp.describe().c_str());
+
+  k3::Sampler sampler(sp);
+  k3::PrefixStates saved(2);
+  k3::GenerateOptions go;
+  go.n_predict = o.gen.n_predict;
+  go.n_ctx = o.gen.n_ctx;
+  go.n_batch = o.gen.n_batch;
+  go.n_vocab = tok.vocab_size();
+  if (!o.ignore_eos) go.stop_ids = lm.stop_ids();
+  go.cancel = &g_interrupted;
+
+  std::string line;
+  while (true) {
+    if (tty_in) out("> ");
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    messages.push_back({{"role", "user"}, {"content", line}});
+    const std::vector<int32_t> prompt = k3::render_chat(tok, messages, copt);
+
+    std::size_t n_reused = 0;
+    k3::SequenceState seq = saved.fork_for(*lm.model, prompt, &n_reused);
+    const std::span<const int32_t> fresh(prompt.data() + n_reused, prompt.size() - n_reused);
+    k3::SequenceState at_prompt;
+    go.on_prefilled = [&](const k3::SequenceState& s) { at_prompt = s; };
+
+    k3::ChatStream stream(tok, copt.thinking);
+    bool in_reasoning = false;
+    auto show = [&](const std::vector<k3::ChatPiece>& pieces) {
+      for (const auto& p : pieces) {
+        const bool r = p.channel == k3::ChatChannel::Reasoning;
+        if (r && o.hide_thinking) continue;
+        if (r != in_reasoning) {
+          out(r ? dim : undim);
+          in_reasoning = r;
+        }
+        out(p.text);
+      }
+    };
+    sampler.reset_history();
+    for (std::size_t i = 0; i < n_reused; ++i) sampler.accept(prompt[i]);  // generate() accepts the rest
+    g_interrupted.store(false);
+    k3::GenerateResult res;
+    try {
+      SigintGuard guard;
+      res = k3::generate(*lm.model, seq, fresh, sampler, go, [&](int32_t id) {
+        show(stream.push(id));
+        return true;
+      });
+    } catch (...) {
+      messages.erase(messages.size() - 1);  // the user turn that failed (e.g. context full)
+      throw;
+    }
+    show(stream.flush());
+    if (in_reasoning) out(undim);
+    out(res.stop == k3::StopReason::Cancelled ? "\n[stopped]\n" : "\n");
+
+    // History: the parsed answer; the state after the prompt and the state after the answer.
+    const k3::ParsedOutput parsed = k3::parse_k3_output(tok, res.ids, copt.thinking);
+    nlohmann::ordered_json msg = {{"role", "assistant"}, {"content", parsed.content}};
+    if (!parsed.reasoning.empty()) msg["reasoning_content"] = parsed.reasoning;
+    messages.push_back(msg);
+    const uint64_t state_bytes = seq.bytes();
+    saved.clear();
+    saved.remember(prompt, std::move(at_prompt));
+    if (!res.ids.empty()) {
+      std::vector<int32_t> consumed = prompt;
+      consumed.insert(consumed.end(), res.ids.begin(), res.ids.end() - 1);  // the last id is never fed
+      saved.remember(std::move(consumed), std::move(seq));
+    }
+    if (o.stats) {
+      k3::RunStats st;
+      st.load_ms = lm.load_ms;
+      st.n_prompt = res.n_prompt;
+      st.prompt_ms = res.prompt_ms;
+      st.n_gen = static_cast<int64_t>(res.ids.size());
+      st.gen_ms = res.gen_ms;
+      st.state_bytes = state_bytes;
+      std::fprintf(stderr, "%s | reused: %zu tok | stop: %s\n", st.line().c_str(), n_reused,
+                   k3::stop_reason_name(res.stop));
+    }
+  }
+  if (tty_in) out("\n");
+}
+
+k3cli::Registrar reg("chat", "Interactive multi-turn chat in the K3 chat format (Ctrl-C stops an answer, Ctrl-D exits)",
+                     [](CLI::App* sub) {
+                       auto o = std::make_shared<ChatCliOptions>();
+                       o->gen.n_predict = -1;
+                       o->gen.add_to(sub);
+                       sub->add_option("--system", o->system, "system message at the start of the conversation");
+                       sub->add_flag("--no-think", o->no_think, "disable thinking (answer directly)");
+                       sub->add_option("--effort", o->effort, "thinking effort: low, high or max")->capture_default_str();
+                       sub->add_flag("--hide-thinking", o->hide_thinking, "do not print the reasoning");
+                       sub->add_flag("--ignore-eos", o->ignore_eos,
+                                     "do not stop at <|end_of_msg|> / [EOS] (answers end at -n or -c; for testing)");
+                       sub->add_flag("--stats", o->stats, "print a stats line on stderr after each answer");
+                       sub->callback([o] { run(*o); });
+                     });
+
+}  // namespace
