@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "io/checkpoint.h"
+#include "kernels/ops.h"
 
 namespace k3 {
 
@@ -34,16 +36,46 @@ class SequenceState {
   ~SequenceState();
 };
 
+/// Which code computes the sublayers (both compute spec §3; Reference is the test oracle).
+enum class ModelKernels {
+  Fast,       ///< dispatched kernels (kernels/ops.h, kda_chunk.h, kda_decode.h), fp32, threads
+  Reference,  ///< the readable scalar k3::ref code with fp64 accumulation (slow; the oracle)
+};
+
+/// The process default of ModelOptions::kernels: environment K3_KERNELS=fast|ref (read on every
+/// call; unset or empty: Fast). Lets the CLI and Python tests select the oracle path.
+/// Errors: k3::Error on another value.
+ModelKernels default_model_kernels();
+
+/// Construction options of k3::Model.
+struct ModelOptions {
+  ModelKernels kernels = default_model_kernels();
+  /// Tokens per layer-major prefill piece: forward() runs a long prompt as consecutive pieces of
+  /// at most this many tokens, each through all layers with the state carried, so activation
+  /// memory is bounded by the piece. A multiple of 64 (the KDA chunk) keeps KDA split-exact.
+  /// Must be >= 1 (k3::Error otherwise).
+  int64_t prefill_chunk = 256;
+  /// MXFP4 expert path on the Fast kernels; unset: default_mxfp4_path() (env K3_MXFP4=int8|exact,
+  /// default int8). Ignored by Reference (always exact fp64).
+  std::optional<Mxfp4Path> mxfp4;
+};
+
 class Model {
  public:
   /// Binds (never copies) the checkpoint's weights; the checkpoint must outlive the model.
-  explicit Model(const Checkpoint& ck);
+  /// Throws k3::Error on an invalid config/weights or options (prefill_chunk < 1, bad K3_MXFP4).
+  explicit Model(const Checkpoint& ck, ModelOptions options = {});
+  /// The options in effect (mxfp4 resolved).
+  const ModelOptions& options() const;
   ~Model();
   const ModelConfig& config() const;
   SequenceState new_sequence() const;
   /// Appends `tokens` (ids in [0, vocab)) to `seq` and returns logits, fp32 row-major:
   /// [tokens.size(), vocab] when all_logits, else [1, vocab] for the last token.
-  /// Throws k3::Error on an out-of-range id or an empty `tokens`.
+  /// Throws k3::Error on an out-of-range id, an empty `tokens` or a state of another model (then
+  /// `seq` is unchanged). An error from corrupt weights mid-pass leaves `seq` unusable (refused
+  /// by the next call). `dump`, when given, receives the named intermediates (model/dump.h); a
+  /// dumped call runs as one piece (no prefill chunking) so each name appears once.
   std::vector<float> forward(SequenceState& seq, std::span<const int32_t> tokens,
                              bool all_logits, DumpSink* dump = nullptr) const;
  private:

@@ -1,0 +1,185 @@
+// k3_bench_kernels — speed of the dispatched CPU kernels per ISA and thread count, against the
+// built-in streaming read probe (issue #6). A benchmark, not a test: prints a markdown table.
+//
+//   k3_bench_kernels [--reps N] [--threads 1,2] [--probe-mb 1024] [--isa scalar,avx2,avx512]
+//
+// Shapes are K3's real widths: bf16 GEMV on a KDA q_proj [12288, 7168] (176 MB, decode),
+// bf16 GEMM with 64 tokens on [3072, 7168] (prefill chunk), MXFP4 matvec over 24 distinct expert
+// w1 matrices [3072, 3584] (140 MB, so DRAM not cache is read), MXFP4 GEMM with 16 tokens.
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/dispatch.h"
+#include "kernels/read_bandwidth.h"
+#include "kernels/threads.h"
+
+namespace {
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// CPU share of the last median_seconds call: process CPU time / (wall time x threads). Shows how
+// much of the cores the benchmark actually got on a shared machine (spin-waits count as busy).
+double g_cpu_share = 0;
+
+double median_seconds(int reps, const std::function<void()>& fn) {
+  fn();  // warm-up (page faults, caches, thread pool)
+  std::vector<double> t;
+  const double c0 = process_cpu_seconds();
+  const auto w0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  g_cpu_share = (process_cpu_seconds() - c0) / (wall * k3::num_threads());
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) v.push_back(x);
+  return v;
+}
+
+void fill_bf16(std::vector<uint16_t>& w, uint32_t seed) {
+  uint32_t r = seed;
+  for (auto& h : w) {
+    r = r * 1664525u + 1013904223u;
+    h = static_cast<uint16_t>(0x3C00u | ((r >> 16) & 0x80FFu));  // |w| in [2^-7, 2^-6), random sign
+  }
+}
+void fill_u8(std::vector<uint8_t>& v, uint32_t seed, int lo, int span) {
+  uint32_t r = seed;
+  for (auto& b : v) {
+    r = r * 1664525u + 1013904223u;
+    b = static_cast<uint8_t>(span >= 256 ? (r >> 24) : lo + (r >> 24) % span);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  int reps = 5;
+  std::vector<int> threads{1, std::max(1, k3::num_threads())};
+  uint64_t probe_mb = 1024;
+  std::vector<k3::Isa> isas = k3::supported_isas();
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw k3::Error("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--reps") reps = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--threads") {
+      threads.clear();
+      for (auto& s : split(next())) threads.push_back(std::max(1, std::atoi(s.c_str())));
+    } else if (a == "--probe-mb") probe_mb = std::strtoull(next().c_str(), nullptr, 10);
+    else if (a == "--isa") {
+      isas.clear();
+      for (auto& s : split(next())) isas.push_back(k3::isa_from_name(s));
+    } else throw k3::Error("unknown option " + a + " (see the comment at the top of bench/kernels.cpp)");
+  }
+  threads.erase(std::unique(threads.begin(), threads.end()), threads.end());
+
+  const int max_t = *std::max_element(threads.begin(), threads.end());
+  k3::set_num_threads(max_t);
+  const k3::ReadBandwidth bw = k3::measure_read_bandwidth(probe_mb << 20, 7);
+  std::printf("read probe: %.2f GB/s median (best %.2f) over %.0f MiB, %d threads, ISA %s\n\n",
+              bw.median_gbs, bw.best_gbs, bw.bytes / 1048576.0, bw.threads,
+              k3::isa_name(k3::active_isa()));
+
+  // --- data ---
+  const int64_t D = 7168, C = 12288, I = 3072, L = 3584, TP = 64, TE = 16, NE = 24;
+  std::vector<uint16_t> wq(C * D), wg(I * D);
+  fill_bf16(wq, 1);
+  fill_bf16(wg, 2);
+  std::mt19937 g(3);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> x(TP * D);
+  for (auto& v : x) v = dist(g);
+  std::vector<float> y(TP * C);
+  std::vector<uint8_t> packed(NE * I * L / 2), scale(NE * I * L / 32);
+  fill_u8(packed, 4, 0, 256);
+  fill_u8(scale, 5, 120, 8);
+  std::vector<int8_t> q(TE * L);
+  std::vector<float> qs(TE * L / 32);
+
+  std::printf("| kernel | shape | ISA | threads | median ms | GB/s | GFLOP/s | %% of probe | CPU share |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  auto row = [&](const char* kern, const char* shape, const k3::KernelTable& kt, int nt, double s,
+                 double bytes, double flops) {
+    std::printf("| %s | %s | %s | %d | %.2f | %.2f | %.1f | %.0f%% | %.0f%% |\n", kern, shape, kt.isa_name,
+                nt, s * 1e3, bytes / s / 1e9, flops / s / 1e9, 100.0 * bytes / s / 1e9 / bw.median_gbs,
+                100.0 * g_cpu_share);
+    std::fflush(stdout);
+  };
+  for (k3::Isa isa : isas) {
+    const k3::KernelTable& kt = k3::kernels_for(isa);
+    const int r = isa == k3::Isa::Scalar ? std::max(1, reps / 2) : reps;
+    for (int nt : threads) {
+      k3::set_num_threads(nt);
+      double s = median_seconds(r, [&] {
+        k3::parallel_for(C, 16, [&](int64_t a, int64_t b) {
+          kt.gemm_bf16(wq.data(), D, D, x.data(), D, 1, y.data(), C, a, b);
+        });
+      });
+      row("gemv_bf16", "[12288,7168] T=1", kt, nt, s, 2.0 * C * D, 2.0 * C * D);
+      s = median_seconds(r, [&] {
+        k3::parallel_for(I, 16, [&](int64_t a, int64_t b) {
+          kt.gemm_bf16(wg.data(), D, D, x.data(), D, TP, y.data(), I, a, b);
+        });
+      });
+      row("gemm_bf16", "[3072,7168] T=64", kt, nt, s, 2.0 * I * D, 2.0 * I * D * TP);
+      s = median_seconds(r, [&] {
+        kt.quantize_q8(x.data(), L, q.data(), qs.data());
+        for (int64_t e = 0; e < NE; ++e)
+          k3::parallel_for(I, 16, [&](int64_t a, int64_t b) {
+            kt.gemm_mxfp4_q8(packed.data() + e * I * L / 2, scale.data() + e * I * L / 32, L, q.data(),
+                             qs.data(), 1, y.data(), I, a, b);
+          });
+      });
+      row("mxfp4_q8 matvec", "24x[3072,3584] T=1", kt, nt, s, NE * I * L * 17.0 / 32, 2.0 * NE * I * L);
+      s = median_seconds(r, [&] {
+        for (int64_t e = 0; e < NE; ++e)
+          k3::parallel_for(I, 16, [&](int64_t a, int64_t b) {
+            kt.gemm_mxfp4_f32(packed.data() + e * I * L / 2, scale.data() + e * I * L / 32, L, x.data(),
+                              L, 1, y.data(), I, a, b);
+          });
+      });
+      row("mxfp4_f32 matvec", "24x[3072,3584] T=1", kt, nt, s, NE * I * L * 17.0 / 32, 2.0 * NE * I * L);
+      s = median_seconds(r, [&] {
+        for (int64_t t = 0; t < TE; ++t) kt.quantize_q8(x.data() + t * L, L, q.data() + t * L, qs.data() + t * L / 32);
+        k3::parallel_for(I, 16, [&](int64_t a, int64_t b) {
+          kt.gemm_mxfp4_q8(packed.data(), scale.data(), L, q.data(), qs.data(), TE, y.data(), I, a, b);
+        });
+      });
+      row("mxfp4_q8 gemm", "[3072,3584] T=16", kt, nt, s, I * L * 17.0 / 32, 2.0 * I * L * TE);
+      s = median_seconds(r, [&] {
+        k3::parallel_for(I * TP, 4096, [&](int64_t a, int64_t b) {
+          kt.situ_glu(x.data() + a, x.data() + TP * D - (b - a) - a % 7, y.data() + a, b - a, 4.f, 25.f);
+        });
+      });
+      row("situ_glu", "196608 values", kt, nt, s, 12.0 * I * TP, 0);
+    }
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "k3_bench_kernels: error: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,15 @@
+// AVX2 + FMA kernel entry points (one per TU of avx2/); semantics in kernel_table.h.
+#pragma once
+#include <cstdint>
+
+namespace k3::avx2 {
+void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
+               float* y, int64_t ldy, int64_t r0, int64_t r1);
+void quantize_q8(const float* x, int64_t n, int8_t* q, float* s);
+void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
+                   const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x,
+                    int64_t ldx, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+void situ_glu(const float* g, const float* u, float* out, int64_t n, float beta1, float beta2);
+float read_sum(const float* x, int64_t n);
+}  // namespace k3::avx2

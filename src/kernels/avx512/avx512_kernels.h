@@ -1,0 +1,12 @@
+// AVX-512 kernel entry points (one per TU of avx512/); semantics in kernel_table.h.
+#pragma once
+#include <cstdint>
+
+namespace k3::avx512 {
+void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
+               float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
+                   const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x,
+                    int64_t ldx, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+}  // namespace k3::avx512

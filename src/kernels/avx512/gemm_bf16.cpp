@@ -1,0 +1,168 @@
+// AVX-512 BF16 GEMV/GEMM: Y[t, r] = Σ_k W[r, k]·X[t, k], W bf16 [rows, K], X fp32 [T, K].
+// Same structure as the AVX2 kernel with 16 lanes: bf16 -> fp32 by vpmovzxwd + vpslld, fp32
+// FMA, register block 4 rows x 4 tokens (16 accumulators of 32 registers), masked tails (no
+// scalar remainder loop). Tokens tiled by 48, K blocked by 1024 for T > 1.
+// Prefill (T >= 4) uses AVX512_BF16 instead: each 48-token x 1024 tile of X is rounded once to
+// bf16 (RNE, vcvtne2ps2bf16) and vdpbf16ps multiplies 32 weight/activation pairs per instruction
+// with fp32 accumulation (2x the FMA path's multiplies per instruction, no bf16->fp32 widening).
+// Error: the activation rounding, |err| <= 2^-8·Σ|w·x| (bound tested in gemm_bf16_test.cpp).
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/avx512_util.h"
+
+#include <cstdlib>
+
+namespace k3::avx512 {
+
+namespace {
+
+template <int R, int N>
+void micro(const uint16_t* w, int64_t ldw, const float* x, int64_t ldx, int64_t kn, float* y,
+           int64_t ldy, bool accumulate) {
+  __m512 acc[R][N];
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= kn; i += 16) {
+    __m512 xv[N];
+    for (int n = 0; n < N; ++n) xv[n] = _mm512_loadu_ps(x + n * ldx + i);
+    for (int r = 0; r < R; ++r) {
+      const __m512 wv = load_bf16x16(w + r * ldw + i);
+      for (int n = 0; n < N; ++n) acc[r][n] = _mm512_fmadd_ps(wv, xv[n], acc[r][n]);
+    }
+  }
+  if (i < kn) {
+    const __mmask16 m = tail_mask16(kn - i);
+    __m512 xv[N];
+    for (int n = 0; n < N; ++n) xv[n] = _mm512_maskz_loadu_ps(m, x + n * ldx + i);
+    for (int r = 0; r < R; ++r) {
+      const __m512 wv = load_bf16x16_mask(w + r * ldw + i, m);
+      for (int n = 0; n < N; ++n) acc[r][n] = _mm512_fmadd_ps(wv, xv[n], acc[r][n]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < N; ++n) {
+      const float s = _mm512_reduce_add_ps(acc[r][n]);
+      float* d = y + n * ldy + r;
+      *d = accumulate ? *d + s : s;
+    }
+}
+
+using MicroFn = void (*)(const uint16_t*, int64_t, const float*, int64_t, int64_t, float*, int64_t,
+                         bool);
+constexpr int kR = 4, kN = 4;
+void gemm_fma(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
+              float* y, int64_t ldy, int64_t r0, int64_t r1);
+
+constexpr MicroFn kMicro[kR][kN] = {
+    {micro<1, 1>, micro<1, 2>, micro<1, 3>, micro<1, 4>},
+    {micro<2, 1>, micro<2, 2>, micro<2, 3>, micro<2, 4>},
+    {micro<3, 1>, micro<3, 2>, micro<3, 3>, micro<3, 4>},
+    {micro<4, 1>, micro<4, 2>, micro<4, 3>, micro<4, 4>},
+};
+
+// R rows x N tokens with vdpbf16ps over kp (multiple of 32) bf16 elements; X already bf16.
+template <int R, int N>
+void micro_dp(const uint16_t* w, int64_t ldw, const uint16_t* xb, int64_t ldxb, int64_t kn,
+              float* y, int64_t ldy, bool accumulate) {
+  __m512 acc[R][N];
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < kn; i += 32) {
+    const __mmask32 m = tail_mask32(kn - i);
+    __m512i xv[N];
+    for (int n = 0; n < N; ++n) xv[n] = _mm512_loadu_si512(xb + n * ldxb + i);  // zero-padded
+    for (int r = 0; r < R; ++r) {
+      const __m512i wv = _mm512_maskz_loadu_epi16(m, w + r * ldw + i);
+      for (int n = 0; n < N; ++n) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)wv, (__m512bh)xv[n]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < N; ++n) {
+      const float s = _mm512_reduce_add_ps(acc[r][n]);
+      float* d = y + n * ldy + r;
+      *d = accumulate ? *d + s : s;
+    }
+}
+
+using MicroDpFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, float*,
+                           int64_t, bool);
+constexpr MicroDpFn kMicroDp[kR][kN] = {
+    {micro_dp<1, 1>, micro_dp<1, 2>, micro_dp<1, 3>, micro_dp<1, 4>},
+    {micro_dp<2, 1>, micro_dp<2, 2>, micro_dp<2, 3>, micro_dp<2, 4>},
+    {micro_dp<3, 1>, micro_dp<3, 2>, micro_dp<3, 3>, micro_dp<3, 4>},
+    {micro_dp<4, 1>, micro_dp<4, 2>, micro_dp<4, 3>, micro_dp<4, 4>},
+};
+
+// X [tn, kn] fp32 (row stride ldx) -> bf16 [tn, ldxb] (RNE), zero-padded to ldxb (multiple of 32).
+void round_tile_bf16(const float* x, int64_t ldx, int64_t tn, int64_t kn, uint16_t* xb, int64_t ldxb) {
+  for (int64_t n = 0; n < tn; ++n)
+    for (int64_t i = 0; i < ldxb; i += 32) {
+      const __mmask16 m0 = tail_mask16(kn - i > 0 ? kn - i : 0);
+      const __mmask16 m1 = tail_mask16(kn - i - 16 > 0 ? kn - i - 16 : 0);
+      const __m512 lo = _mm512_maskz_loadu_ps(m0, x + n * ldx + i);
+      const __m512 hi = _mm512_maskz_loadu_ps(m1, x + n * ldx + i + 16);
+      _mm512_storeu_si512(xb + n * ldxb + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
+void gemm_dp(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
+             float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  const int64_t tile_t = 48, kc = 1024;
+  uint16_t* xb = static_cast<uint16_t*>(std::malloc(static_cast<size_t>(tile_t * kc) * 2));
+  if (xb == nullptr) return gemm_fma(w, ldw, k, x, ldx, t, y, ldy, r0, r1);
+  for (int64_t t0 = 0; t0 < t; t0 += tile_t) {
+    const int64_t tn = t - t0 < tile_t ? t - t0 : tile_t;
+    for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += kc) {
+      const int64_t kn = k - k0 < kc ? k - k0 : kc;
+      const int64_t kp = (kn + 31) / 32 * 32;
+      round_tile_bf16(x + t0 * ldx + k0, ldx, tn, kn, xb, kp);
+      for (int64_t r = r0; r < r1; r += kR) {
+        const int64_t rn = r1 - r < kR ? r1 - r : kR;
+        for (int64_t j = 0; j < tn; j += kN) {
+          const int64_t nn = tn - j < kN ? tn - j : kN;
+          kMicroDp[rn - 1][nn - 1](w + r * ldw + k0, ldw, xb + j * kp, kp, kn, y + (t0 + j) * ldy + r,
+                                   ldy, k0 > 0);
+        }
+      }
+      if (k == 0) break;
+    }
+  }
+  std::free(xb);
+}
+
+}  // namespace
+
+void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
+               float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  if (t >= 4)
+    gemm_dp(w, ldw, k, x, ldx, t, y, ldy, r0, r1);
+  else
+    gemm_fma(w, ldw, k, x, ldx, t, y, ldy, r0, r1);
+}
+
+namespace {
+
+void gemm_fma(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
+               float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  const int64_t tile_t = 48;
+  const int64_t kc = t == 1 ? k : 1024;
+  for (int64_t t0 = 0; t0 < t; t0 += tile_t) {
+    const int64_t tn = t - t0 < tile_t ? t - t0 : tile_t;
+    for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += kc) {
+      const int64_t kn = k - k0 < kc ? k - k0 : kc;
+      for (int64_t r = r0; r < r1; r += kR) {
+        const int64_t rn = r1 - r < kR ? r1 - r : kR;
+        for (int64_t j = 0; j < tn; j += kN) {
+          const int64_t nn = tn - j < kN ? tn - j : kN;
+          kMicro[rn - 1][nn - 1](w + r * ldw + k0, ldw, x + (t0 + j) * ldx + k0, ldx, kn,
+                                 y + (t0 + j) * ldy + r, ldy, k0 > 0);
+        }
+      }
+      if (k == 0) break;
+    }
+  }
+}
+
+}  // namespace
+
+}  // namespace k3::avx512

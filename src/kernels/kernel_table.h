@@ -1,0 +1,55 @@
+// KernelTable: the per-ISA kernel entry points (raw pointers, single-threaded, no checks).
+// Each ISA's translation units (scalar/, avx2/, avx512/) fill one table; dispatch.h picks one
+// per process; ops.h wraps them with checks and threads. Callers use ops.h, not this header.
+//
+// Conventions (shapes outermost first, all row-major, strides in elements):
+//   W bf16 [rows, K] (row stride ldw), X fp32 [T, K] (ldx), Y fp32 [T, rows_total] (ldy).
+//   Every kernel writes Y[t, r] for t in [0, T), r in [r0, r1) only (threads split rows).
+//   MXFP4 W: packed U8 [rows, K/2] (low nibble = even column), scale U8 [rows, K/32] (E8M0).
+//   Q8 activations: per 32-block one fp32 scale s and 32 int8 q with x ≈ s·q, stored in
+//   "nibble order": position p < 16 holds element 2p, p >= 16 holds element 2(p-16)+1, so that
+//   a block's 16 low nibbles followed by its 16 high nibbles line up with q without shuffles.
+//   A block whose amax is not finite gets s = NaN and q = 0 (the result is NaN, never garbage).
+//   An E8M0 scale byte 0xFF yields NaN in the output (ops.cpp turns that into a k3::Error).
+//
+// ISA translation units must not define (or instantiate) non-static inline functions or templates
+// visible to other TUs: the linker could pick an AVX-512 copy for scalar callers. Keep all
+// helpers in an anonymous namespace.
+#pragma once
+#include <cstdint>
+
+namespace k3 {
+
+struct KernelTable {
+  const char* isa_name;
+
+  /// Y[t, r] = Σ_k W[r, k]·X[t, k] (fp32 accumulation). AVX-512 with T >= 4 rounds X to bf16
+  /// for vdpbf16ps (|err| <= 2^-8·Σ|w·x|); every other case multiplies the fp32 X exactly.
+  void (*gemm_bf16)(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
+                    int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+
+  /// Q8 quantization of one row x [n] (n % 32 == 0): s[b] = amax_b/127, q = RNE(x·127/amax_b),
+  /// in nibble order. Bit-identical across ISAs.
+  void (*quantize_q8)(const float* x, int64_t n, int8_t* q, float* s);
+
+  /// Y[t, r] = Σ_b s_a[t, b]·2^(e[r,b]-128)·Σ_i T2[nib]·q[t, 32b+i] (integer block dots).
+  /// q: [T, K] int8 (row stride K), qs: [T, K/32].
+  void (*gemm_mxfp4_q8)(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
+                        const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+
+  /// Exact-decode path: Y[t, r] = Σ_k E2M1[nib]·2^(e-127)·X[t, k] in fp32 FMA.
+  void (*gemm_mxfp4_f32)(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x,
+                         int64_t ldx, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+
+  /// out[i] = β1·tanh(g[i]/β1)·σ(g[i]) · β2·tanh(u[i]/β2) (β2 <= 0: the up branch is u[i]).
+  void (*situ_glu)(const float* g, const float* u, float* out, int64_t n, float beta1, float beta2);
+
+  /// Σ x[i] over a large buffer (streaming-read probe; fp32 lanes, order unspecified).
+  float (*read_sum)(const float* x, int64_t n);
+};
+
+const KernelTable& kernel_table_scalar();
+const KernelTable& kernel_table_avx2();    ///< only call when cpu_features().avx2
+const KernelTable& kernel_table_avx512();  ///< only call when cpu_features().avx512
+
+}  // namespace k3

@@ -1,0 +1,190 @@
+#include "kernels/ops.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/dispatch.h"
+#include "kernels/ref/linear.h"
+#include "kernels/threads.h"
+
+namespace k3 {
+
+namespace {
+
+constexpr int64_t kRowGrain = 16;  // rows per scheduling unit (multiple of the 4-row block)
+
+std::string nm(std::string_view name) { return std::string(name); }
+
+void check_tokens(int64_t t, std::string_view name) {
+  if (t < 0) throw Error("'" + nm(name) + "': negative token count " + std::to_string(t));
+}
+
+void check_mxfp4(const Mxfp4Matrix& w, std::string_view name) {
+  if (w.rows < 0 || w.cols < 0 || w.cols % 32 != 0)
+    throw Error("MXFP4 matrix '" + nm(name) + "': shape [" + std::to_string(w.rows) + ", " +
+                std::to_string(w.cols) + "] needs cols to be a multiple of 32");
+  if ((w.packed == nullptr || w.scale == nullptr) && w.rows * w.cols != 0)
+    throw Error("MXFP4 matrix '" + nm(name) + "': no data");
+}
+
+// Called only when some output is not finite: report a NaN scale byte if there is one.
+void check_scales_after_nan(const Mxfp4Matrix& w, const float* y, int64_t n, std::string_view name) {
+  bool finite = true;
+  for (int64_t i = 0; i < n && finite; ++i) finite = std::isfinite(y[i]);
+  if (finite) return;
+  const int64_t nb = w.cols / 32;
+  for (int64_t r = 0; r < w.rows; ++r)
+    for (int64_t b = 0; b < nb; ++b)
+      if (w.scale[r * nb + b] == 0xFF)
+        throw Error("MXFP4 matrix '" + nm(name) + "': E8M0 scale byte 0xFF (NaN) at row " +
+                    std::to_string(r) + ", block " + std::to_string(b) + " (columns " +
+                    std::to_string(32 * b) + ".." + std::to_string(32 * b + 31) + ")");
+}
+
+}  // namespace
+
+void matmul_bf16_raw(const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw, const float* x,
+                     int64_t n_tokens, float* y, std::string_view name) {
+  check_tokens(n_tokens, name);
+  if (rows < 0 || cols < 0 || ldw < cols)
+    throw Error("bf16 weight '" + nm(name) + "': bad shape [" + std::to_string(rows) + ", " +
+                std::to_string(cols) + "] with row stride " + std::to_string(ldw));
+  if (rows == 0 || n_tokens == 0) return;
+  if (w == nullptr || (x == nullptr && cols > 0) || y == nullptr)
+    throw Error("bf16 weight '" + nm(name) + "': null pointer");
+  const KernelTable& kt = kernels();
+  parallel_for(rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+    kt.gemm_bf16(w, ldw, cols, x, cols, n_tokens, y, rows, r0, r1);
+  });
+}
+
+void matmul_bf16(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
+  if (w.shape.size() != 2)
+    throw Error("tensor '" + w.name + "': expected a 2-D [out, in] weight, found " +
+                std::to_string(w.shape.size()) + " dims");
+  if (w.dtype != DType::BF16)
+    throw Error("tensor '" + w.name + "': matmul_bf16 needs dtype BF16, found " +
+                std::string(dtype_name(w.dtype)));
+  if (w.data == nullptr && w.numel() != 0) throw Error("tensor '" + w.name + "': no data");
+  // The mapping may be unaligned: every kernel reads bf16 with unaligned-safe loads.
+  matmul_bf16_raw(reinterpret_cast<const uint16_t*>(w.data), w.shape[0], w.shape[1], w.shape[1], x,
+                  n_tokens, y, w.name);
+}
+
+void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
+  if (w.dtype == DType::F32) {
+    check_tokens(n_tokens, w.name);
+    ref::matmul(w, x, n_tokens, y);
+    return;
+  }
+  matmul_bf16(w, x, n_tokens, y);
+}
+
+void quantize_q8(const float* x, int64_t n_tokens, int64_t cols, Q8Activations& out) {
+  if (cols < 0 || cols % 32 != 0 || n_tokens < 0)
+    throw Error("quantize_q8: [" + std::to_string(n_tokens) + ", " + std::to_string(cols) +
+                "] needs cols to be a multiple of 32");
+  out.n_tokens = n_tokens;
+  out.cols = cols;
+  out.q.resize(static_cast<size_t>(n_tokens * cols));
+  out.s.resize(static_cast<size_t>(n_tokens * (cols / 32)));
+  const KernelTable& kt = kernels();
+  for (int64_t t = 0; t < n_tokens; ++t)
+    kt.quantize_q8(x + t * cols, cols, out.q.data() + t * cols, out.s.data() + t * (cols / 32));
+}
+
+Mxfp4Path default_mxfp4_path() {
+  static const Mxfp4Path p = [] {
+    const char* v = std::getenv("K3_MXFP4");
+    if (v == nullptr || *v == '\0' || std::string(v) == "int8") return Mxfp4Path::Int8;
+    if (std::string(v) == "exact") return Mxfp4Path::ExactF32;
+    throw Error("K3_MXFP4=" + std::string(v) + ": expected 'int8' or 'exact'");
+  }();
+  return p;
+}
+
+void matmul_mxfp4_q8(const Mxfp4Matrix& w, const Q8Activations& xq, float* y, std::string_view name) {
+  check_mxfp4(w, name);
+  if (xq.cols != w.cols)
+    throw Error("MXFP4 matrix '" + nm(name) + "': activations have " + std::to_string(xq.cols) +
+                " columns, matrix has " + std::to_string(w.cols));
+  if (w.rows == 0 || xq.n_tokens == 0) return;
+  const KernelTable& kt = kernels();
+  parallel_for(w.rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+    kt.gemm_mxfp4_q8(w.packed, w.scale, w.cols, xq.q.data(), xq.s.data(), xq.n_tokens, y, w.rows, r0,
+                     r1);
+  });
+  check_scales_after_nan(w, y, xq.n_tokens * w.rows, name);
+}
+
+void matmul_mxfp4(const Mxfp4Matrix& w, const float* x, int64_t n_tokens, float* y, Mxfp4Path path,
+                  std::string_view name) {
+  check_mxfp4(w, name);
+  check_tokens(n_tokens, name);
+  if (w.rows == 0 || n_tokens == 0) return;
+  if (path == Mxfp4Path::Int8) {
+    thread_local Q8Activations xq;  // scratch reused across calls on this thread
+    quantize_q8(x, n_tokens, w.cols, xq);
+    matmul_mxfp4_q8(w, xq, y, name);
+    return;
+  }
+  const KernelTable& kt = kernels();
+  parallel_for(w.rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+    kt.gemm_mxfp4_f32(w.packed, w.scale, w.cols, x, w.cols, n_tokens, y, w.rows, r0, r1);
+  });
+  check_scales_after_nan(w, y, n_tokens * w.rows, name);
+}
+
+void mxfp4_glu_ffn(const Mxfp4Matrix& w1, const Mxfp4Matrix& w3, const Mxfp4Matrix& w2,
+                   const float* z, int64_t n_tokens, const GluAct& act, float* y,
+                   Mxfp4Path path, std::string_view name) {
+  check_tokens(n_tokens, name);
+  if (w1.rows != w3.rows || w1.cols != w3.cols || w2.cols != w1.rows)
+    throw Error("expert '" + nm(name) + "': w1 [" + std::to_string(w1.rows) + ", " +
+                std::to_string(w1.cols) + "], w3 [" + std::to_string(w3.rows) + ", " +
+                std::to_string(w3.cols) + "], w2 [" + std::to_string(w2.rows) + ", " +
+                std::to_string(w2.cols) + "] do not chain (need w1 == w3 and w2.cols == w1.rows)");
+  if (n_tokens == 0) return;
+  const std::string n1 = nm(name) + " w1", n3 = nm(name) + " w3", n2 = nm(name) + " w2";
+  thread_local std::vector<float> g, u;
+  g.resize(static_cast<size_t>(n_tokens * w1.rows));
+  u.resize(g.size());
+  if (path == Mxfp4Path::Int8) {
+    thread_local Q8Activations zq, hq;
+    quantize_q8(z, n_tokens, w1.cols, zq);
+    matmul_mxfp4_q8(w1, zq, g.data(), n1);
+    matmul_mxfp4_q8(w3, zq, u.data(), n3);
+    glu_activation(g.data(), u.data(), g.data(), static_cast<int64_t>(g.size()), act);
+    quantize_q8(g.data(), n_tokens, w2.cols, hq);
+    matmul_mxfp4_q8(w2, hq, y, n2);
+    return;
+  }
+  matmul_mxfp4(w1, z, n_tokens, g.data(), path, n1);
+  matmul_mxfp4(w3, z, n_tokens, u.data(), path, n3);
+  glu_activation(g.data(), u.data(), g.data(), static_cast<int64_t>(g.size()), act);
+  matmul_mxfp4(w2, g.data(), n_tokens, y, path, n2);
+}
+
+void glu_activation(const float* g, const float* u, float* out, int64_t n, const GluAct& act) {
+  if (act.situ) {
+    situ_glu(g, u, out, n, act.beta, act.linear_beta);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {  // SwiGLU (not K3's; scalar)
+    const float gi = g[i];
+    const float sig = gi >= 0.f ? 1.f / (1.f + std::exp(-gi)) : std::exp(gi) / (1.f + std::exp(gi));
+    out[i] = gi * sig * u[i];
+  }
+}
+
+void situ_glu(const float* g, const float* u, float* out, int64_t n, float beta1, float beta2) {
+  if (!(beta1 > 0.f)) throw Error("situ_glu: activation_situ_beta must be > 0, got " + std::to_string(beta1));
+  if (n < 0) throw Error("situ_glu: negative length");
+  if (n == 0) return;
+  const KernelTable& kt = kernels();
+  parallel_for(n, 4096, [&](int64_t b, int64_t e) { kt.situ_glu(g + b, u + b, out + b, e - b, beta1, beta2); });
+}
+
+}  // namespace k3

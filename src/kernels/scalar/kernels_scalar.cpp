@@ -1,0 +1,142 @@
+// Scalar (portable C++) kernels: the fallback ISA, the baseline of the benchmarks, and the
+// "reference numerics" mode: the dense and exact-MXFP4 dot products accumulate in fp64 in
+// column order and SiTU is k3::ref::situ, so K3_ISA=scalar K3_MXFP4=exact reproduces the k3::ref
+// oracle (what the forward-vs-reference tests need); the SIMD ISAs accumulate in fp32.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "kernels/kernel_table.h"
+#include "kernels/ref/activations.h"
+
+namespace k3 {
+
+namespace {
+
+constexpr int8_t kT2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float bits_to_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// 2^(e-128): the E8M0 scale with the 1/2 of the doubled E2M1 folded in; NaN for 0xFF.
+float e8m0_half(uint32_t e) {
+  if (e == 255) return std::numeric_limits<float>::quiet_NaN();
+  return bits_to_f32(e >= 2 ? (e - 1) << 23 : (0x00200000u << e));
+}
+float bf16(const uint16_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return bits_to_f32(static_cast<uint32_t>(h) << 16);
+}
+
+void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
+               float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t* wr = w + r * ldw;
+    for (int64_t j = 0; j < t; ++j) {
+      const float* xj = x + j * ldx;
+      double acc = 0.0;
+      for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(bf16(wr + i)) * xj[i];
+      y[j * ldy + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+void quantize_q8(const float* x, int64_t n, int8_t* q, float* s) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + 32 * b;
+    float amax = 0.f;
+    bool finite = true;
+    for (int i = 0; i < 32; ++i) {
+      if (!std::isfinite(xb[i])) finite = false;
+      amax = std::fmax(amax, std::fabs(xb[i]));
+    }
+    int8_t* qb = q + 32 * b;
+    if (!finite) {
+      s[b] = std::numeric_limits<float>::quiet_NaN();
+      std::memset(qb, 0, 32);
+      continue;
+    }
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    s[b] = amax / 127.f;
+    for (int p = 0; p < 32; ++p) {
+      const int i = p < 16 ? 2 * p : 2 * (p - 16) + 1;
+      qb[p] = static_cast<int8_t>(std::nearbyint(xb[i] * inv));
+    }
+  }
+}
+
+void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
+                   const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  const int64_t nb = k / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* pr = packed + r * (k / 2);
+    const uint8_t* sr = scale + r * nb;
+    for (int64_t j = 0; j < t; ++j) {
+      const int8_t* qj = q + j * k;
+      const float* sj = qs + j * nb;
+      float acc = 0.f;
+      for (int64_t b = 0; b < nb; ++b) {
+        int32_t isum = 0;
+        for (int i = 0; i < 16; ++i) {
+          const uint8_t byte = pr[16 * b + i];
+          isum += kT2[byte & 15] * qj[32 * b + i] + kT2[byte >> 4] * qj[32 * b + 16 + i];
+        }
+        acc += static_cast<float>(isum) * (e8m0_half(sr[b]) * sj[b]);
+      }
+      y[j * ldy + r] = acc;
+    }
+  }
+}
+
+void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x,
+                    int64_t ldx, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  const int64_t nb = k / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* pr = packed + r * (k / 2);
+    const uint8_t* sr = scale + r * nb;
+    for (int64_t j = 0; j < t; ++j) {
+      const float* xj = x + j * ldx;
+      double acc = 0.0;  // same order and rounding as k3::ref::matvec_mxfp4 (2·part·2^(e-128))
+      for (int64_t b = 0; b < nb; ++b) {
+        double part = 0.0;
+        for (int i = 0; i < 16; ++i) {
+          const uint8_t byte = pr[16 * b + i];
+          part += static_cast<double>(kT2[byte & 15]) * xj[32 * b + 2 * i];
+          part += static_cast<double>(kT2[byte >> 4]) * xj[32 * b + 2 * i + 1];
+        }
+        acc += part * static_cast<double>(e8m0_half(sr[b]));
+      }
+      y[j * ldy + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+void situ_glu(const float* g, const float* u, float* out, int64_t n, float beta1, float beta2) {
+  const std::optional<float> lb = beta2 > 0.f ? std::optional<float>(beta2) : std::nullopt;
+  for (int64_t i = 0; i < n; ++i) out[i] = ref::situ(g[i], u[i], beta1, lb);
+}
+
+float read_sum(const float* x, int64_t n) {
+  float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) a[l] += x[i + l];
+  float s = 0.f;
+  for (; i < n; ++i) s += x[i];
+  for (float v : a) s += v;
+  return s;
+}
+
+}  // namespace
+
+const KernelTable& kernel_table_scalar() {
+  static const KernelTable t{"scalar", gemm_bf16, quantize_q8, gemm_mxfp4_q8, gemm_mxfp4_f32,
+                             situ_glu, read_sum};
+  return t;
+}
+
+}  // namespace k3

@@ -1,0 +1,21 @@
+// Thread count and a static row-range parallel-for (OpenMP underneath). The count is process-wide
+// (`k3 ... -t N` sets it); kernels split output rows / heads / experts with parallel_for.
+#pragma once
+#include <cstdint>
+#include <functional>
+
+namespace k3 {
+
+/// Sets the worker count for parallel_for; n <= 0 means "all hardware threads".
+void set_num_threads(int n);
+/// Current worker count (>= 1). Default: all hardware threads (or OMP_NUM_THREADS).
+int num_threads();
+
+/// Splits [0, n) into contiguous chunks whose boundaries are multiples of `grain` (except the
+/// end) and calls fn(begin, end) once per chunk on up to num_threads() workers, which take chunks
+/// dynamically (about 8 per worker). fn must write disjoint outputs per chunk; results then do not
+/// depend on the thread count. Runs inline (one call fn(0, n)) with one thread, when n <= grain,
+/// or when already inside a parallel region. Exceptions thrown by fn are rethrown (the first).
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace k3

@@ -1,0 +1,18 @@
+// How a forward pass executes its sublayers: the readable scalar oracle (k3::ref, fp64
+// accumulation — the path every fast path is tested against) or the dispatched multi-threaded
+// kernels of kernels/ops.h, kda_chunk.h and kda_decode.h (fp32 accumulation, K3_ISA dispatch).
+// Spec: k3-architecture.md §3 (same math on both paths); algorithms.md §1.3–§1.5 (chunked KDA),
+// §5.3 (MXFP4 dot).
+#pragma once
+
+#include "kernels/ops.h"
+
+namespace k3 {
+
+/// Per-sublayer execution choice, passed down from k3::Model (ModelOptions).
+struct ExecOptions {
+  bool fast = false;                      ///< false: k3::ref oracle code, unchanged
+  Mxfp4Path mxfp4 = Mxfp4Path::ExactF32;  ///< MXFP4 expert path on the fast path
+};
+
+}  // namespace k3

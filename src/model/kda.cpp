@@ -1,0 +1,225 @@
+#include "model/kda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/kda_chunk.h"
+#include "kernels/kda_decode.h"
+#include "kernels/ops.h"
+#include "kernels/ref/activations.h"
+#include "kernels/ref/linear.h"
+#include "kernels/ref/norms.h"
+
+namespace k3 {
+
+KdaDims KdaDims::from(const ModelConfig& c) {
+  KdaDims d;
+  d.D = c.hidden_size;
+  d.H = c.kda_num_heads;
+  d.d = c.kda_head_dim;
+  d.K = c.short_conv_kernel_size;
+  d.lower_bound = c.gate_lower_bound;
+  d.rms_eps = c.rms_norm_eps;
+  if (d.H <= 0 || d.d <= 0 || d.K < 1)
+    throw Error("config: linear_attn_config needs num_heads > 0, head_dim > 0, "
+                "short_conv_kernel_size >= 1; found " + std::to_string(d.H) + ", " +
+                std::to_string(d.d) + ", " + std::to_string(d.K));
+  return d;
+}
+
+KdaState KdaState::zeros(const KdaDims& dims) {
+  KdaState s;
+  s.S.assign(static_cast<size_t>(dims.H * dims.d * dims.d), 0.f);
+  s.conv.assign(static_cast<size_t>(3 * (dims.K - 1) * dims.C()), 0.f);
+  return s;
+}
+
+float kda_decay_gate(float z, float dt_bias, float a_log, std::optional<float> lower_bound) {
+  const float pre = z + dt_bias;
+  if (lower_bound) return *lower_bound * ref::sigmoid(std::exp(a_log) * pre);
+  return -std::exp(a_log) * ref::softplus(pre);
+}
+
+namespace {
+
+/// Causal depthwise conv + SiLU for one token and one of q/k/v (spec §3.2 step 2).
+/// raw: [C] this token's projection; taps: [C, K]; window: [K−1, C] (oldest first), advanced.
+void short_conv_silu(const float* raw, const std::vector<float>& taps, float* window, int64_t C,
+                     int64_t K, float* out) {
+  for (int64_t c = 0; c < C; ++c) {
+    const float* w = taps.data() + c * K;
+    double acc = 0.0;
+    for (int64_t j = 0; j + 1 < K; ++j) acc += static_cast<double>(w[j]) * window[j * C + c];
+    acc += static_cast<double>(w[K - 1]) * raw[c];
+    out[c] = ref::silu(static_cast<float>(acc));
+  }
+  // Shift the window by one token: slot j <- slot j+1, newest slot <- raw.
+  for (int64_t j = 0; j + 2 < K; ++j)
+    for (int64_t c = 0; c < C; ++c) window[j * C + c] = window[(j + 1) * C + c];
+  if (K > 1)
+    for (int64_t c = 0; c < C; ++c) window[(K - 2) * C + c] = raw[c];
+}
+
+/// Delta-rule step for one head in the exact order of algorithms.md §1.2.
+/// S: [d, d] key-major; q (normalized, scaled), k (normalized), v: [d]; alpha: [d] = exp(g).
+void delta_rule_step(float* S, const float* q, const float* k, const float* v, const float* alpha,
+                     float beta, int64_t d, float* o, std::vector<float>& u) {
+  // 1. Decay: row i scaled by α[i].
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = 0; j < d; ++j) S[i * d + j] *= alpha[i];
+  // 2. Prediction error against the decayed state: u = v − Sᵀ k.
+  for (int64_t j = 0; j < d; ++j) {
+    double acc = 0.0;
+    for (int64_t i = 0; i < d; ++i) acc += static_cast<double>(S[i * d + j]) * k[i];
+    u[j] = v[j] - static_cast<float>(acc);
+  }
+  // 3. Delta write: S += β k uᵀ.
+  for (int64_t i = 0; i < d; ++i) {
+    const float bk = beta * k[i];
+    for (int64_t j = 0; j < d; ++j) S[i * d + j] += bk * u[j];
+  }
+  // 4. Read with the updated state: o = Sᵀ q.
+  for (int64_t j = 0; j < d; ++j) {
+    double acc = 0.0;
+    for (int64_t i = 0; i < d; ++i) acc += static_cast<double>(S[i * d + j]) * q[i];
+    o[j] = static_cast<float>(acc);
+  }
+}
+
+/// Block form of short_conv_silu for T tokens and one of q/k/v: the same fp64 accumulation in
+/// the same tap order, vectorizable over channels. raw: [T, C]; taps: [C, K]; window: [K−1, C]
+/// (oldest first), advanced by T tokens; out: [T, C].
+void short_conv_silu_block(const float* raw, int64_t T, const std::vector<float>& taps,
+                           float* window, int64_t C, int64_t K, float* out) {
+  // ext = window ++ raw: [K−1+T, C]; token t reads rows t .. t+K−1.
+  std::vector<float> ext(static_cast<size_t>((K - 1 + T) * C));
+  std::vector<double> tt(static_cast<size_t>(K * C)), acc(static_cast<size_t>(C));
+  std::copy_n(window, (K - 1) * C, ext.data());
+  std::copy_n(raw, T * C, ext.data() + (K - 1) * C);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t j = 0; j < K; ++j) tt[j * C + c] = taps[c * K + j];  // [K, C]
+  for (int64_t t = 0; t < T; ++t) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t j = 0; j < K; ++j) {
+      const float* e = &ext[(t + j) * C];
+      const double* w = &tt[j * C];
+      for (int64_t c = 0; c < C; ++c) acc[c] += w[c] * e[c];
+    }
+    for (int64_t c = 0; c < C; ++c) out[t * C + c] = ref::silu(static_cast<float>(acc[c]));
+  }
+  std::copy_n(ext.data() + T * C, (K - 1) * C, window);
+}
+
+/// Fast path of kda_forward (state already validated): same per-token preprocessing, the
+/// dispatched projections and the chunkwise / decode KDA kernels.
+void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, int64_t T,
+                      KdaState& st, float* out) {
+  const int64_t H = dm.H, d = dm.d, C = dm.C(), K = dm.K;
+  std::vector<float> qp(T * C), kp(T * C), vp(T * C), fa(T * d), z(T * C), bl(T * H), gl(T * C);
+  k3::matmul(*w.q_proj, x, T, qp.data());
+  k3::matmul(*w.k_proj, x, T, kp.data());
+  k3::matmul(*w.v_proj, x, T, vp.data());
+  k3::matmul(*w.f_a, x, T, fa.data());
+  k3::matmul(*w.f_b, fa.data(), T, z.data());
+  k3::matmul(*w.b_proj, x, T, bl.data());
+  k3::matmul(*w.g_proj, x, T, gl.data());
+
+  // Per token: conv + SiLU (carries the window), L2 norms, q scale, log-decay g, beta.
+  // q, k, g: [T, H, d]; v: [T, H, d]; beta: [T, H] (kernels/kda_recurrent.h conventions).
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> q(T * C), k(T * C), v(T * C), g(T * C), beta(T * H), o(T * C);
+  float* win_q = st.conv.data();
+  float* win_k = win_q + (K - 1) * C;
+  float* win_v = win_k + (K - 1) * C;
+  short_conv_silu_block(qp.data(), T, w.q_conv, win_q, C, K, q.data());
+  short_conv_silu_block(kp.data(), T, w.k_conv, win_k, C, K, k.data());
+  short_conv_silu_block(vp.data(), T, w.v_conv, win_v, C, K, v.data());
+  for (int64_t t = 0; t < T; ++t) {
+    float* qt = &q[t * C];
+    float* kt = &k[t * C];
+    for (int64_t h = 0; h < H; ++h) {
+      ref::l2norm(qt + h * d, d, kKdaL2NormEps, qt + h * d);
+      ref::l2norm(kt + h * d, d, kKdaL2NormEps, kt + h * d);
+      for (int64_t i = 0; i < d; ++i) qt[h * d + i] *= q_scale;
+      for (int64_t i = 0; i < d; ++i) {
+        const int64_t c = h * d + i;
+        g[t * C + c] = kda_decay_gate(z[t * C + c], w.dt_bias[c], w.a_log[h], dm.lower_bound);
+      }
+      beta[t * H + h] = ref::sigmoid(bl[t * H + h]);
+    }
+  }
+  const int Hi = static_cast<int>(H), di = static_cast<int>(d);
+  if (T == 1)
+    kda_decode_step(Hi, di, di, q.data(), k.data(), v.data(), g.data(), beta.data(), st.S.data(),
+                    o.data());
+  else
+    kda_chunk(static_cast<int>(T), Hi, di, di, q.data(), k.data(), v.data(), g.data(), beta.data(),
+              st.S.data(), o.data(), 64);
+  // Output: per-head RMSNorm (shared weight) times sigma(full-rank gate), then o_proj.
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      float* oh = &o[t * C + h * d];
+      ref::rmsnorm(oh, d, w.o_norm.data(), dm.rms_eps, oh);
+      for (int64_t i = 0; i < d; ++i) oh[i] *= ref::sigmoid(gl[t * C + h * d + i]);
+    }
+  k3::matmul(*w.o_proj, o.data(), T, out);
+}
+
+}  // namespace
+
+void kda_forward(const KdaWeights& w, const KdaDims& dm, const float* x, int64_t T, KdaState& st,
+                 float* out, const ExecOptions& ex) {
+  const int64_t D = dm.D, H = dm.H, d = dm.d, C = dm.C(), K = dm.K;
+  if (st.S.size() != static_cast<size_t>(H * d * d) ||
+      st.conv.size() != static_cast<size_t>(3 * (K - 1) * C))
+    throw Error("KDA state: expected S [" + std::to_string(H) + ", " + std::to_string(d) + ", " +
+                std::to_string(d) + "] and conv [3, " + std::to_string(K - 1) + ", " +
+                std::to_string(C) + "], found " + std::to_string(st.S.size()) + " and " +
+                std::to_string(st.conv.size()) + " floats");
+  if (ex.fast) return kda_forward_fast(w, dm, x, T, st, out);
+  // Token-parallel projections over the [T, D] block (layer-major).
+  std::vector<float> qp(T * C), kp(T * C), vp(T * C), fa(T * d), z(T * C), bl(T * H), gl(T * C);
+  ref::matmul(*w.q_proj, x, T, qp.data());
+  ref::matmul(*w.k_proj, x, T, kp.data());
+  ref::matmul(*w.v_proj, x, T, vp.data());
+  ref::matmul(*w.f_a, x, T, fa.data());
+  ref::matmul(*w.f_b, fa.data(), T, z.data());
+  ref::matmul(*w.b_proj, x, T, bl.data());
+  ref::matmul(*w.g_proj, x, T, gl.data());
+
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> q(C), k(C), v(C), alpha(C), o(C), u(d);
+  std::vector<float> y(T * C);
+  float* win_q = st.conv.data();
+  float* win_k = win_q + (K - 1) * C;
+  float* win_v = win_k + (K - 1) * C;
+  for (int64_t t = 0; t < T; ++t) {
+    short_conv_silu(&qp[t * C], w.q_conv, win_q, C, K, q.data());
+    short_conv_silu(&kp[t * C], w.k_conv, win_k, C, K, k.data());
+    short_conv_silu(&vp[t * C], w.v_conv, win_v, C, K, v.data());
+    for (int64_t h = 0; h < H; ++h) {
+      float* qh = q.data() + h * d;
+      float* kh = k.data() + h * d;
+      ref::l2norm(qh, d, kKdaL2NormEps, qh);
+      ref::l2norm(kh, d, kKdaL2NormEps, kh);
+      for (int64_t i = 0; i < d; ++i) qh[i] *= q_scale;
+      for (int64_t i = 0; i < d; ++i) {
+        const int64_t c = h * d + i;
+        alpha[c] = std::exp(kda_decay_gate(z[t * C + c], w.dt_bias[c], w.a_log[h], dm.lower_bound));
+      }
+      const float beta = ref::sigmoid(bl[t * H + h]);
+      delta_rule_step(st.S.data() + h * d * d, qh, kh, v.data() + h * d, alpha.data() + h * d, beta,
+                      d, o.data() + h * d, u);
+      // Output: per-head RMSNorm (shared weight) times σ(full-rank gate).
+      float* yh = y.data() + t * C + h * d;
+      ref::rmsnorm(o.data() + h * d, d, w.o_norm.data(), dm.rms_eps, yh);
+      for (int64_t i = 0; i < d; ++i) yh[i] *= ref::sigmoid(gl[t * C + h * d + i]);
+    }
+  }
+  (void)D;
+  ref::matmul(*w.o_proj, y.data(), T, out);
+}
+
+}  // namespace k3

@@ -1,0 +1,148 @@
+#include "model/latent_moe.h"
+
+#include <algorithm>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "kernels/ref/activations.h"
+#include "kernels/ref/linear.h"
+#include "kernels/ref/mxfp4_linear.h"
+#include "kernels/ref/norms.h"
+#include "model/router.h"
+
+namespace k3 {
+
+MoeDims MoeDims::from(const ModelConfig& c) {
+  MoeDims d;
+  d.D = c.hidden_size;
+  d.E = c.num_experts;
+  d.L = c.routed_expert_hidden_size;
+  d.Im = c.moe_intermediate_size;
+  d.k = c.num_experts_per_token;
+  d.renormalize = c.moe_renormalize && d.k > 1;
+  d.scaling = c.routed_scaling_factor;
+  d.rms_eps = c.rms_norm_eps;
+  if (c.num_expert_group > 1)
+    throw Error("config: num_expert_group = " + std::to_string(c.num_expert_group) +
+                " (grouped top-k) is not supported; K3 uses 1");
+  if (d.k < 1 || d.k > d.E)
+    throw Error("config: num_experts_per_token = " + std::to_string(d.k) + " outside [1, num_experts = " +
+                std::to_string(d.E) + "]");
+  return d;
+}
+
+namespace {
+
+/// Fast path of latent_moe_forward (see the header).
+void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation& act,
+                     const float* x, int64_t T, float* out, int32_t* topk_ids, float* topk_w,
+                     const ExecOptions& ex, const std::string& prefix) {
+  const int64_t D = dm.D, E = dm.E, L = dm.L;
+  const int k = dm.k;
+  // 1–3. Router for every token: s = σ(W_gate x) [T, E], then per-token top-k.
+  std::vector<float> logits(static_cast<size_t>(T * E));
+  k3::matmul(*w.router, x, T, logits.data());
+  std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  std::vector<float> wts(static_cast<size_t>(T * k));
+  for (int64_t t = 0; t < T; ++t) {
+    ref::sigmoid_inplace(&logits[t * E], E);
+    router_select_topk(std::span<const float>(&logits[t * E], E), w.bias, k, dm.renormalize,
+                       dm.scaling, std::span<int32_t>(&ids[t * k], k),
+                       std::span<float>(&wts[t * k], k));
+  }
+  // 4. Latent down-projection for the whole block.
+  std::vector<float> z(static_cast<size_t>(T * L));
+  k3::matmul(*w.down, x, T, z.data());
+  // 5–6. Group tokens by expert (ascending ids), one expert call per group, scatter-add.
+  std::vector<std::vector<std::pair<int64_t, float>>> groups(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t)
+    for (int i = 0; i < k; ++i) groups[ids[t * k + i]].push_back({t, wts[t * k + i]});
+  std::vector<float> acc(static_cast<size_t>(T * L), 0.f), zg, yg;
+  const GluAct ga = to_glu_act(act);
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& grp = groups[e];
+    if (grp.empty()) continue;
+    const int64_t n = static_cast<int64_t>(grp.size());
+    zg.resize(static_cast<size_t>(n * L));
+    yg.resize(static_cast<size_t>(n * L));
+    for (int64_t r = 0; r < n; ++r)
+      std::copy_n(&z[grp[r].first * L], L, &zg[r * L]);
+    const ExpertWeights& exw = w.experts[e];
+    mxfp4_glu_ffn(exw.w1, exw.w3, exw.w2, zg.data(), n, ga, yg.data(), ex.mxfp4,
+                  prefix + "experts." + std::to_string(e));
+    for (int64_t r = 0; r < n; ++r) {
+      float* a = &acc[grp[r].first * L];
+      const float wt = grp[r].second;
+      for (int64_t j = 0; j < L; ++j) a[j] += wt * yg[r * L + j];
+    }
+  }
+  if (!w.latent_norm.empty())
+    for (int64_t t = 0; t < T; ++t)
+      ref::rmsnorm(&acc[t * L], L, w.latent_norm.data(), dm.rms_eps, &acc[t * L]);
+  // 7–8. Up-projection for the whole block plus the shared experts.
+  k3::matmul(*w.up, acc.data(), T, out);
+  if (w.shared) {
+    std::vector<float> shared(static_cast<size_t>(T * D));
+    glu_mlp_forward(*w.shared, act, x, T, shared.data(), ex);
+    for (int64_t i = 0; i < T * D; ++i) out[i] += shared[i];
+  }
+  if (topk_ids) std::copy(ids.begin(), ids.end(), topk_ids);
+  if (topk_w) std::copy(wts.begin(), wts.end(), topk_w);
+}
+
+}  // namespace
+
+void latent_moe_forward(const MoeWeights& w, const MoeDims& dm, const GluActivation& act,
+                        const float* x, int64_t T, float* out, int32_t* topk_ids, float* topk_w,
+                        const ExecOptions& ex) {
+  const int64_t D = dm.D, E = dm.E, L = dm.L, Im = dm.Im;
+  const int k = dm.k;
+  std::vector<float> logits(E), z(L), g(Im), u(Im), y(L), acc(L), r(D);
+  std::vector<int32_t> ids(k);
+  std::vector<float> wts(k);
+  std::vector<float> shared;
+  // Tensor-name prefix for error messages, e.g. "language_model.model.layers.1.block_sparse_moe.".
+  std::string prefix = w.router->name;
+  if (const size_t pos = prefix.rfind("gate.weight"); pos != std::string::npos) prefix.resize(pos);
+  if (ex.fast) return latent_moe_fast(w, dm, act, x, T, out, topk_ids, topk_w, ex, prefix);
+  if (w.shared) {
+    shared.resize(static_cast<size_t>(T * D));
+    glu_mlp_forward(*w.shared, act, x, T, shared.data());
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * D;
+    // 1. Router in fp32: s = σ(W_gate x).
+    ref::matvec(*w.router, xt, logits.data());
+    ref::sigmoid_inplace(logits.data(), E);
+    // 2–3. Selection on biased scores; weights from the unbiased ones.
+    router_select_topk(logits, w.bias, k, dm.renormalize, dm.scaling, ids, wts);
+    // 4. Latent down-projection shared by all routed experts.
+    ref::matvec(*w.down, xt, z.data());
+    // 5–6. Weighted sum of expert outputs in the latent space.
+    std::fill(acc.begin(), acc.end(), 0.f);
+    for (int i = 0; i < k; ++i) {
+      const ExpertWeights& ex = w.experts[ids[i]];
+      const std::string what = prefix + "experts." + std::to_string(ids[i]);
+      ref::matvec_mxfp4(ex.w1, z.data(), g.data(), what + ".w1.weight_scale");
+      ref::matvec_mxfp4(ex.w3, z.data(), u.data(), what + ".w3.weight_scale");
+      for (int64_t j = 0; j < Im; ++j) g[j] = act(g[j], u[j]);
+      ref::matvec_mxfp4(ex.w2, g.data(), y.data(), what + ".w2.weight_scale");
+      for (int64_t j = 0; j < L; ++j) acc[j] += wts[i] * y[j];
+    }
+    if (!w.latent_norm.empty()) ref::rmsnorm(acc.data(), L, w.latent_norm.data(), dm.rms_eps, acc.data());
+    // 7–8. Up-projection plus the shared experts on the full-width x.
+    ref::matvec(*w.up, acc.data(), out + t * D);
+    if (w.shared)
+      for (int64_t j = 0; j < D; ++j) out[t * D + j] += shared[t * D + j];
+    if (topk_ids)
+      for (int i = 0; i < k; ++i) topk_ids[t * k + i] = ids[i];
+    if (topk_w)
+      for (int i = 0; i < k; ++i) topk_w[t * k + i] = wts[i];
+  }
+}
+
+}  // namespace k3

@@ -1,0 +1,34 @@
+// Stable LatentMoE (spec k3-architecture.md §3.6, algorithms.md §3.1), input x = normalized [D]:
+// sigmoid router in fp32 → top-k on score + correction bias (model/router.h) → weights = unbiased
+// scores renormalized × routed_scaling_factor → z = W_red x [L] → Σ_k w_k · W2_e SiTU(W1_e z, W3_e z)
+// (MXFP4 experts) → RMSNorm over the latent sum → W_up [D] → + shared SiTU-GLU MLP on x.
+#pragma once
+#include <cstdint>
+
+#include "io/config.h"
+#include "model/dense_mlp.h"
+#include "model/weights.h"
+
+namespace k3 {
+
+struct MoeDims {
+  int64_t D = 0, E = 0, L = 0, Im = 0;  ///< hidden, experts, latent width, expert width
+  int k = 0;                            ///< num_experts_per_token
+  bool renormalize = true;              ///< moe_renormalize (applied only when k > 1)
+  float scaling = 1.f;                  ///< routed_scaling_factor
+  float rms_eps = 1e-5f;                ///< latent RMSNorm eps
+  static MoeDims from(const ModelConfig& c);
+};
+
+/// Forward of one LatentMoE layer over T tokens. x: [T, D] fp32 (after post_attention_layernorm);
+/// out: [T, D] (must not alias x); topk_ids/topk_w (optional): [T, k] receive the routing
+/// (ids ascending). Throws k3::Error on an invalid MXFP4 scale or a router without k usable scores.
+/// ex.fast: router and projections through k3::matmul for all T tokens; tokens grouped by expert
+/// and each selected expert run once on its group with mxfp4_glu_ffn (path ex.mxfp4), so every
+/// selected expert's bytes are read once per call; weighted outputs are added per token in
+/// ascending expert id (the oracle's order). Otherwise the per-token k3::ref oracle.
+void latent_moe_forward(const MoeWeights& w, const MoeDims& dims, const GluActivation& act,
+                        const float* x, int64_t T, float* out, int32_t* topk_ids, float* topk_w,
+                        const ExecOptions& ex = {});
+
+}  // namespace k3

@@ -1,0 +1,218 @@
+#include "model/mla.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "core/bf16.h"
+#include "kernels/ops.h"
+#include "kernels/ref/activations.h"
+#include "kernels/threads.h"
+#include "kernels/ref/linear.h"
+#include "kernels/ref/norms.h"
+
+namespace k3 {
+
+MlaDims MlaDims::from(const ModelConfig& c) {
+  MlaDims d;
+  d.D = c.hidden_size;
+  d.H = c.num_attention_heads;
+  d.q_rank = c.q_lora_rank;
+  d.kv_rank = c.kv_lora_rank;
+  d.dn = c.qk_nope_head_dim;
+  d.dr = c.qk_rope_head_dim;
+  d.dv = c.v_head_dim;
+  d.norm_eps = c.mla_norm_eps;
+  d.output_gate = c.mla_use_output_gate;
+  if (d.H <= 0 || d.q_rank <= 0 || d.kv_rank <= 0 || d.dn + d.dr <= 0 || d.dv <= 0)
+    throw Error("config: MLA dimensions must be positive (num_attention_heads, q_lora_rank, "
+                "kv_lora_rank, qk_*_head_dim, v_head_dim)");
+  return d;
+}
+
+namespace {
+
+double dot(const float* a, const float* b, int64_t n) {
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(a[i]) * b[i];
+  return acc;
+}
+
+/// Expanded attention for one head and one query over cache rows [0, n_ctx):
+/// kv: [n_all, dn + dv] per-position k_nope and v of this head.
+void attend_expanded(const float* q, const float* cache, const float* kv, int64_t n_ctx,
+                     const MlaDims& d, float scale, std::vector<float>& p, float* o) {
+  const int64_t row = d.row();
+  for (int64_t s = 0; s < n_ctx; ++s) {
+    const double sc = dot(q, kv + s * (d.dn + d.dv), d.dn) +
+                      dot(q + d.dn, cache + s * row + d.kv_rank, d.dr);
+    p[s] = static_cast<float>(sc * scale);
+  }
+  ref::softmax(p.data(), n_ctx, p.data());
+  for (int64_t j = 0; j < d.dv; ++j) {
+    double acc = 0.0;
+    for (int64_t s = 0; s < n_ctx; ++s) acc += static_cast<double>(p[s]) * kv[s * (d.dn + d.dv) + d.dn + j];
+    o[j] = static_cast<float>(acc);
+  }
+}
+
+/// Absorbed attention for one head h and one query (spec §3.3 "Absorbed decode").
+void attend_absorbed(const MlaWeights& w, int64_t h, const float* q, const float* cache, int64_t n_ctx,
+                     const MlaDims& d, float scale, std::vector<float>& p, std::vector<float>& q_abs,
+                     std::vector<float>& ctx, float* o) {
+  const int64_t row = d.row(), hb = h * (d.dn + d.dv);
+  ref::matvec_t_rows(*w.kv_b, hb, d.dn, q, q_abs.data());  // q_abs = W_kb,hᵀ q_nope  [kvr]
+  for (int64_t s = 0; s < n_ctx; ++s) {
+    const float* r = cache + s * row;
+    const double sc = dot(q_abs.data(), r, d.kv_rank) + dot(q + d.dn, r + d.kv_rank, d.dr);
+    p[s] = static_cast<float>(sc * scale);
+  }
+  ref::softmax(p.data(), n_ctx, p.data());
+  for (int64_t j = 0; j < d.kv_rank; ++j) {
+    double acc = 0.0;
+    for (int64_t s = 0; s < n_ctx; ++s) acc += static_cast<double>(p[s]) * cache[s * row + j];
+    ctx[j] = static_cast<float>(acc);
+  }
+  ref::matvec_rows(*w.kv_b, hb + d.dn, d.dv, ctx.data(), o);  // o = W_vb,h ctx  [dv]
+}
+
+/// fp32 dot with 8 independent partial sums (vectorizes without reassociation flags).
+float dot_f(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  for (; i < n; ++i) acc[0] += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/// Fast attention over the (already appended) cache for T queries q [T, H, dn + dr] into
+/// o [T, H, dv]: Expanded (prefill) or Absorbed (decode), fp32, heads in parallel.
+void mla_attend_fast(const MlaWeights& w, const MlaDims& d, const float* q, int64_t T,
+                     const MlaCache& cache, int64_t n_past, bool absorbed, float* o) {
+  const int64_t H = d.H, dq = d.dn + d.dr, row = d.row(), kvr = d.kv_rank, hw = d.dn + d.dv;
+  const int64_t n_all = n_past + T;
+  const float* crows = cache.rows.data();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dq));
+  std::vector<float> kv;  // Expanded: [n_all, H, dn + dv], one GEMM over the whole cache
+  if (!absorbed) {
+    std::vector<float> c(static_cast<size_t>(n_all * kvr));
+    for (int64_t s = 0; s < n_all; ++s) std::memcpy(&c[s * kvr], crows + s * row, kvr * sizeof(float));
+    kv.resize(static_cast<size_t>(n_all * H * hw));
+    k3::matmul(*w.kv_b, c.data(), n_all, kv.data());
+  }
+  const uint8_t* kvb = w.kv_b->data;  // BF16 [H·(dn+dv), kvr]
+  parallel_for(H, 1, [&](int64_t h0, int64_t h1) {
+    std::vector<float> p(static_cast<size_t>(n_all)), q_abs(kvr), ctx(kvr);
+    std::vector<uint16_t> wrow(kvr);
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        const float* qh = q + t * H * dq + h * dq;
+        float* oh = o + t * H * d.dv + h * d.dv;
+        const int64_t n_ctx = n_past + t + 1;  // causal
+        if (!absorbed) {
+          for (int64_t s = 0; s < n_ctx; ++s)
+            p[s] = (dot_f(qh, &kv[(s * H + h) * hw], d.dn) +
+                    dot_f(qh + d.dn, crows + s * row + kvr, d.dr)) * scale;
+          ref::softmax(p.data(), n_ctx, p.data());
+          std::fill(oh, oh + d.dv, 0.f);
+          for (int64_t s = 0; s < n_ctx; ++s) {
+            const float* vs = &kv[(s * H + h) * hw + d.dn];
+            for (int64_t j = 0; j < d.dv; ++j) oh[j] += p[s] * vs[j];
+          }
+        } else {
+          // q_abs = W_kb,hᵀ q_nope [kvr]: rows of head h, each read once.
+          std::fill(q_abs.begin(), q_abs.end(), 0.f);
+          for (int64_t i = 0; i < d.dn; ++i) {
+            std::memcpy(wrow.data(), kvb + ((h * hw + i) * kvr) * 2, kvr * 2);
+            const float qi = qh[i];
+            for (int64_t j = 0; j < kvr; ++j) q_abs[j] += qi * bf16_to_f32(wrow[j]);
+          }
+          for (int64_t s = 0; s < n_ctx; ++s)
+            p[s] = (dot_f(q_abs.data(), crows + s * row, kvr) +
+                    dot_f(qh + d.dn, crows + s * row + kvr, d.dr)) * scale;
+          ref::softmax(p.data(), n_ctx, p.data());
+          std::fill(ctx.begin(), ctx.end(), 0.f);
+          for (int64_t s = 0; s < n_ctx; ++s) {
+            const float* cs = crows + s * row;
+            for (int64_t j = 0; j < kvr; ++j) ctx[j] += p[s] * cs[j];
+          }
+          // o = W_vb,h ctx [dv] (rows h·hw + dn .. + dv).
+          matmul_bf16_raw(reinterpret_cast<const uint16_t*>(kvb) + (h * hw + d.dn) * kvr, d.dv,
+                          kvr, kvr, ctx.data(), 1, oh, w.kv_b->name);
+        }
+      }
+  });
+}
+
+}  // namespace
+
+void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t T, MlaCache& cache,
+                 float* out, MlaMode mode, const ExecOptions& ex) {
+  const int64_t H = d.H, dq = d.dn + d.dr, row = d.row();
+  if (cache.rows.size() % static_cast<size_t>(row) != 0)
+    throw Error("MLA cache: size " + std::to_string(cache.rows.size()) +
+                " is not a multiple of the row width " + std::to_string(row));
+  const int64_t n_past = cache.n_tokens(d);
+
+  // Token-parallel projections.
+  std::vector<float> qa(T * d.q_rank), q(T * H * dq), ckv(T * row), gate(T * H * d.dv);
+  auto mm = [&](const TensorView& wt, const float* in, float* y) {
+    if (ex.fast)
+      k3::matmul(wt, in, T, y);
+    else
+      ref::matmul(wt, in, T, y);
+  };
+  mm(*w.q_a, x, qa.data());
+  for (int64_t t = 0; t < T; ++t)
+    ref::rmsnorm(&qa[t * d.q_rank], d.q_rank, w.q_a_norm.data(), d.norm_eps, &qa[t * d.q_rank]);
+  mm(*w.q_b, qa.data(), q.data());
+  mm(*w.kv_a, x, ckv.data());
+  if (d.output_gate) mm(*w.g_proj, x, gate.data());
+
+  // Append [RMSNorm(c), k_r] for each new token.
+  cache.rows.resize(static_cast<size_t>((n_past + T) * row));
+  for (int64_t t = 0; t < T; ++t) {
+    float* r = cache.rows.data() + (n_past + t) * row;
+    ref::rmsnorm(&ckv[t * row], d.kv_rank, w.kv_a_norm.data(), d.norm_eps, r);
+    for (int64_t j = 0; j < d.dr; ++j) r[d.kv_rank + j] = ckv[t * row + d.kv_rank + j];
+  }
+  const int64_t n_all = n_past + T;
+  const float* crows = cache.rows.data();
+  const bool absorbed = mode == MlaMode::Absorbed || (mode == MlaMode::Auto && T == 1);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dq));  // NoPE: 1/sqrt(dn + dr), no mscale
+
+  std::vector<float> o(T * H * d.dv);
+  if (ex.fast) {
+    mla_attend_fast(w, d, q.data(), T, cache, n_past, absorbed, o.data());
+    if (d.output_gate)
+      for (size_t i = 0; i < o.size(); ++i) o[i] *= ref::sigmoid(gate[i]);
+    k3::matmul(*w.o_proj, o.data(), T, out);
+    return;
+  }
+  std::vector<float> p(n_all), q_abs(d.kv_rank), ctx(d.kv_rank);
+  std::vector<float> kv;  // Expanded: [n_all, dn + dv] for one head
+  for (int64_t h = 0; h < H; ++h) {
+    if (!absorbed) {
+      kv.resize(static_cast<size_t>(n_all * (d.dn + d.dv)));
+      for (int64_t s = 0; s < n_all; ++s)
+        ref::matvec_rows(*w.kv_b, h * (d.dn + d.dv), d.dn + d.dv, crows + s * row,
+                         kv.data() + s * (d.dn + d.dv));
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      const float* qh = q.data() + t * H * dq + h * dq;
+      float* oh = o.data() + t * H * d.dv + h * d.dv;
+      const int64_t n_ctx = n_past + t + 1;  // causal
+      if (absorbed)
+        attend_absorbed(w, h, qh, crows, n_ctx, d, scale, p, q_abs, ctx, oh);
+      else
+        attend_expanded(qh, crows, kv.data(), n_ctx, d, scale, p, oh);
+    }
+  }
+  if (d.output_gate)
+    for (size_t i = 0; i < o.size(); ++i) o[i] *= ref::sigmoid(gate[i]);
+  ref::matmul(*w.o_proj, o.data(), T, out);
+}
+
+}  // namespace k3

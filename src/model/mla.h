@@ -1,0 +1,54 @@
+// Gated MLA with NoPE, spec k3-architecture.md §3.3.
+// q = W_qb · RMSNorm(W_qa x) → per head [q_nope (dn), q_r (dr)];
+// ckv = W_kva x → c = RMSNorm(ckv[0:kvr]) (the latent), k_r = ckv[kvr:kvr+dr] (raw, shared by all
+// heads, never rotated); per head k_nope = W_kb,h c, v = W_vb,h c;
+// score = (q_nope·k_nope + q_r·k_r) / sqrt(dn + dr), causal softmax in fp32; o = Σ p v;
+// o ⊙= σ(W_g x); out = W_o o.
+// The per-token cache holds only [c (kvr), k_r (dr)].
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "io/config.h"
+#include "model/exec.h"
+#include "model/weights.h"
+
+namespace k3 {
+
+/// Every MLA dimension, from the config.
+struct MlaDims {
+  int64_t D = 0, H = 0;            ///< hidden size, heads
+  int64_t q_rank = 0, kv_rank = 0; ///< q_lora_rank, kv_lora_rank
+  int64_t dn = 0, dr = 0, dv = 0;  ///< qk_nope_head_dim, qk_rope_head_dim (unrotated), v_head_dim
+  float norm_eps = 1e-6f;          ///< q_a/kv_a layernorm eps (mla_norm_eps)
+  bool output_gate = true;         ///< mla_use_output_gate
+  int64_t row() const { return kv_rank + dr; }  ///< cache floats per token
+  static MlaDims from(const ModelConfig& c);
+};
+
+/// Latent cache of one MLA layer for one sequence: [n_tokens, kv_rank + dr] fp32, per row the
+/// normalized latent c followed by the raw extra key dims k_r. Grows without a cap.
+struct MlaCache {
+  std::vector<float> rows;
+  int64_t n_tokens(const MlaDims& d) const { return static_cast<int64_t>(rows.size()) / d.row(); }
+  uint64_t bytes() const { return rows.size() * sizeof(float); }
+};
+
+/// How attention over the cache is evaluated; both are exact forms of the same math.
+enum class MlaMode {
+  Auto,      ///< Absorbed for a single token (decode), Expanded for several (prefill)
+  Expanded,  ///< materialize k_nope, v per head for every cached position
+  Absorbed,  ///< q_abs = W_kbᵀ q_nope; scores and context in latent space; o = W_vb ctx (spec §3.3)
+};
+
+/// Forward of one MLA layer over T consecutive tokens of one sequence.
+/// x: [T, D] fp32, already normalized by input_layernorm; out: [T, D] (must not alias x).
+/// Appends T rows to `cache`; token t attends to every cached position up to and including itself.
+/// ex.fast: projections and the per-position k_nope/v expansion through k3::matmul, attention in
+/// fp32 with heads in parallel (parallel_for); Absorbed reads W_kb/W_vb rows of each head once per
+/// token. Otherwise the k3::ref oracle (fp64 dots). Throws k3::Error on a malformed cache.
+void mla_forward(const MlaWeights& w, const MlaDims& dims, const float* x, int64_t T,
+                 MlaCache& cache, float* out, MlaMode mode = MlaMode::Auto,
+                 const ExecOptions& ex = {});
+
+}  // namespace k3

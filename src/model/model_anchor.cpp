@@ -1,1 +1,0 @@
-// model library translation unit anchor (keeps the library non-empty).

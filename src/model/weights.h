@@ -1,0 +1,96 @@
+// Binding of checkpoint tensors to per-layer weight structs (spec k3-architecture.md §2).
+// Large matrices stay in the mapped files (TensorView pointers, never copied); small vectors
+// (norm weights, conv taps, dt_bias, A_log, router bias, AttnRes score vectors) are decoded to
+// fp32 once at bind time. Every tensor's dtype and shape is checked against the config; a
+// mismatch throws k3::Error naming the tensor, the expected and the found dtype/shape.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/checkpoint.h"
+#include "io/config.h"
+
+namespace k3 {
+
+/// One AttnRes mix point (spec §3.1): score = res_norm.weight ⊙ res_proj.weight, [D] fp32.
+struct AttnResWeights {
+  std::vector<float> score;
+};
+
+/// KDA layer (spec §3.2); H = kda_num_heads, d = kda_head_dim, C = H·d, K = short_conv_kernel_size.
+struct KdaWeights {
+  const TensorView* q_proj = nullptr;  ///< BF16 [C, D]
+  const TensorView* k_proj = nullptr;  ///< BF16 [C, D]
+  const TensorView* v_proj = nullptr;  ///< BF16 [C, D]
+  std::vector<float> q_conv, k_conv, v_conv;  ///< [C, K] taps, tap 0 = oldest (stored F32 [C,1,K])
+  const TensorView* f_a = nullptr;     ///< BF16 [d, D]  decay-gate low rank A
+  const TensorView* f_b = nullptr;     ///< BF16 [C, d]  decay-gate low rank B
+  const TensorView* b_proj = nullptr;  ///< BF16 [H, D]  beta
+  const TensorView* g_proj = nullptr;  ///< BF16 [C, D]  full-rank output gate
+  std::vector<float> dt_bias;          ///< [C]
+  std::vector<float> a_log;            ///< [H] (first H entries of the stored, possibly padded, A_log)
+  std::vector<float> o_norm;           ///< [d] per-head RMSNorm weight shared by all heads
+  const TensorView* o_proj = nullptr;  ///< BF16 [D, C]
+};
+
+/// Gated NoPE MLA layer (spec §3.3); Hm heads, dn/dr/dv head dims, ranks qr/kvr.
+struct MlaWeights {
+  const TensorView* q_a = nullptr;     ///< BF16 [qr, D]
+  std::vector<float> q_a_norm;         ///< [qr]
+  const TensorView* q_b = nullptr;     ///< BF16 [Hm·(dn+dr), qr]
+  const TensorView* kv_a = nullptr;    ///< BF16 [kvr+dr, D]
+  std::vector<float> kv_a_norm;        ///< [kvr]
+  const TensorView* kv_b = nullptr;    ///< BF16 [Hm·(dn+dv), kvr]
+  const TensorView* g_proj = nullptr;  ///< BF16 [Hm·dv, D]; nullptr when mla_use_output_gate is false
+  const TensorView* o_proj = nullptr;  ///< BF16 [D, Hm·dv]
+};
+
+/// A SiTU-GLU MLP: dense layer-0 MLP or the fused shared experts (spec §3.5, §3.6 step 7).
+struct GluMlpWeights {
+  const TensorView* gate = nullptr;  ///< BF16 [I, D]
+  const TensorView* up = nullptr;    ///< BF16 [I, D]
+  const TensorView* down = nullptr;  ///< BF16 [D, I]
+};
+
+/// One routed expert: MXFP4 w1 (gate) [Im, L], w3 (up) [Im, L], w2 (down) [L, Im].
+struct ExpertWeights {
+  Mxfp4Matrix w1, w2, w3;
+};
+
+/// Stable LatentMoE (spec §3.6); E experts, latent width L.
+struct MoeWeights {
+  const TensorView* router = nullptr;  ///< BF16 [E, D] (gate.weight)
+  std::vector<float> bias;             ///< [E] e_score_correction_bias
+  const TensorView* down = nullptr;    ///< BF16 [L, D] routed_expert_down_proj
+  std::vector<float> latent_norm;      ///< [L]; empty when latent_moe_use_norm is false
+  const TensorView* up = nullptr;      ///< BF16 [D, L] routed_expert_up_proj
+  std::optional<GluMlpWeights> shared; ///< width num_shared_experts·moe_intermediate_size
+  std::vector<ExpertWeights> experts;  ///< [E]
+};
+
+struct LayerWeights {
+  LayerSpec spec;
+  std::vector<float> input_norm;   ///< [D]
+  std::vector<float> post_norm;    ///< [D]
+  AttnResWeights attn_res;         ///< self_attention_res_* (unused at layer 0, still bound)
+  AttnResWeights ffn_res;          ///< mlp_res_*
+  KdaWeights kda;                  ///< valid when spec.attn == KDA
+  MlaWeights mla;                  ///< valid when spec.attn == MLA
+  GluMlpWeights dense;             ///< valid when spec.ffn == Dense
+  MoeWeights moe;                  ///< valid when spec.ffn == LatentMoE
+};
+
+struct ModelWeights {
+  const TensorView* embed = nullptr;    ///< BF16 [V, D]
+  const TensorView* lm_head = nullptr;  ///< BF16 [V, D] (untied)
+  std::vector<float> final_norm;        ///< [D] model.norm
+  AttnResWeights out_res;               ///< output_attn_res_*
+  std::vector<LayerWeights> layers;     ///< [num_hidden_layers]
+};
+
+/// Binds and validates every text tensor the forward pass reads. Throws k3::Error.
+ModelWeights bind_weights(const Checkpoint& ck);
+
+}  // namespace k3
