@@ -55,7 +55,7 @@ void matmul_bf16_raw(const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw,
   if (w == nullptr || (x == nullptr && cols > 0) || y == nullptr)
     throw Error("bf16 weight '" + nm(name) + "': null pointer");
   const KernelTable& kt = kernels();
-  parallel_for(rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+  parallel_for(rows, grain_for_work(kRowGrain, cols * n_tokens), [&](int64_t r0, int64_t r1) {
     kt.gemm_bf16(w, ldw, cols, x, cols, n_tokens, y, rows, r0, r1);
   });
 }
@@ -112,7 +112,7 @@ void matmul_mxfp4_q8(const Mxfp4Matrix& w, const Q8Activations& xq, float* y, st
                 " columns, matrix has " + std::to_string(w.cols));
   if (w.rows == 0 || xq.n_tokens == 0) return;
   const KernelTable& kt = kernels();
-  parallel_for(w.rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+  parallel_for(w.rows, grain_for_work(kRowGrain, w.cols * xq.n_tokens), [&](int64_t r0, int64_t r1) {
     kt.gemm_mxfp4_q8(w.packed, w.scale, w.cols, xq.q.data(), xq.s.data(), xq.n_tokens, y, w.rows, r0,
                      r1);
   });
@@ -131,7 +131,7 @@ void matmul_mxfp4(const Mxfp4Matrix& w, const float* x, int64_t n_tokens, float*
     return;
   }
   const KernelTable& kt = kernels();
-  parallel_for(w.rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+  parallel_for(w.rows, grain_for_work(kRowGrain, w.cols * n_tokens), [&](int64_t r0, int64_t r1) {
     kt.gemm_mxfp4_f32(w.packed, w.scale, w.cols, x, w.cols, n_tokens, y, w.rows, r0, r1);
   });
   check_scales_after_nan(w, y, n_tokens * w.rows, name);

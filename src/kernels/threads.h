@@ -18,4 +18,18 @@ int num_threads();
 /// or when already inside a parallel region. Exceptions thrown by fn are rethrown (the first).
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+/// Minimum work (multiply-adds, or comparable element operations) worth one scheduling unit:
+/// below it, waking a second thread costs more than it saves (small models such as K3-mini
+/// otherwise spend their decode time in OpenMP barriers).
+inline constexpr int64_t kMinParallelWork = int64_t{1} << 18;
+
+/// Grain for parallel_for over items that each cost `work_per_item`: the smallest multiple of
+/// `grain` whose chunk holds at least kMinParallelWork work, so small problems run inline.
+inline int64_t grain_for_work(int64_t grain, int64_t work_per_item) {
+  if (grain < 1) grain = 1;
+  if (work_per_item < 1) work_per_item = 1;
+  const int64_t items = (kMinParallelWork + work_per_item - 1) / work_per_item;
+  return ((items + grain - 1) / grain) * grain;
+}
+
 }  // namespace k3

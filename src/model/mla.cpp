@@ -103,7 +103,8 @@ void mla_attend_fast(const MlaWeights& w, const MlaDims& d, const float* q, int6
     k3::matmul(*w.kv_b, c.data(), n_all, kv.data());
   }
   const uint8_t* kvb = w.kv_b->data;  // BF16 [H·(dn+dv), kvr]
-  parallel_for(H, 1, [&](int64_t h0, int64_t h1) {
+  // Work per head ~ T·n_all·(cache row + value width) multiply-adds (+ the absorbed projections).
+  parallel_for(H, grain_for_work(1, T * (n_all + kvr) * (row + d.dv)), [&](int64_t h0, int64_t h1) {
     std::vector<float> p(static_cast<size_t>(n_all)), q_abs(kvr), ctx(kvr);
     std::vector<uint16_t> wrow(kvr);
     for (int64_t h = h0; h < h1; ++h)

@@ -1,1 +1,0 @@
-// kernels library translation unit anchor (keeps the library non-empty).
