@@ -85,12 +85,13 @@ layout. It exists so that k3.cpp can be tried end to end on a laptop (issue #5).
 Exact command (from the repository root; everything from data prep to this card):
 
 ```
-K3_OPENBLAS_DIR=/path/to/openblas-pthread tools/train/train_k3_mini.sh build/k3-mini-train
+tools/train/train_k3_mini.sh build/k3-mini-train
 ```
 
-`K3_OPENBLAS_DIR` is optional (Debian's torch uses the netlib reference BLAS, ~15× slower; the
-OpenBLAS shared library from Debian's `libopenblas0-pthread` .deb, extracted with `dpkg-deb -x`,
-is preloaded for the pipeline's processes only). Wall time of training on this shared 2-core machine
+Debian's torch links the netlib reference BLAS (~15× slower), so the script downloads Debian's
+`libopenblas0-pthread` package (`apt-get download`, unpacked under the work dir, no system
+change) and preloads it for the pipeline's processes only; `K3_OPENBLAS_DIR=DIR` points at another
+copy, `K3_OPENBLAS_DIR=none` keeps netlib. Wall time of training on this shared 2-core machine
 (heavily contended by parallel C++ builds): **{ev['train_wall_s'] / 60:.1f} min**
 (median {sorted(tps)[len(tps) // 2] if tps else 0:.0f} tokens/s).
 
