@@ -53,6 +53,10 @@ std::vector<float> bind_vector(const Checkpoint& ck, const std::string& name, st
 }
 
 Mxfp4Matrix bind_mxfp4(const Checkpoint& ck, const std::string& base, int64_t rows, int64_t cols) {
+  if (ck.find(base + ".weight_packed") == nullptr && ck.find(base + ".weight") != nullptr)
+    throw Error("tensor '" + ck.get(base + ".weight").name +
+                "': routed experts stored unquantized are not supported; k3.cpp computes routed experts "
+                "on compressed-tensors MXFP4 ('" + base + ".weight_packed' + '.weight_scale', spec §4)");
   Mxfp4Matrix m = ck.mxfp4(base);
   if (m.rows != rows || m.cols != cols)
     throw Error("tensor '" + base + ".weight_packed': expected MXFP4 matrix [" + std::to_string(rows) +

@@ -61,7 +61,10 @@ GenerateResult generate(const Model& model, SequenceState& seq, std::span<const 
   auto is_stop = [&](int32_t id) { return std::find(opt.stop_ids.begin(), opt.stop_ids.end(), id) != opt.stop_ids.end(); };
   r.stop = StopReason::MaxTokens;
   while (opt.n_predict < 0 || static_cast<int64_t>(r.ids.size()) < opt.n_predict) {
-    if (opt.cancel && opt.cancel->load()) {
+    // Cancelled during prefill: nothing sampled. Later a cancel is seen after on_token(), before
+    // the next forward, so that the invariant "the last sampled id is never fed" always holds
+    // (chat keys its saved state on it).
+    if (r.ids.empty() && opt.cancel && opt.cancel->load()) {
       r.stop = StopReason::Cancelled;
       break;
     }

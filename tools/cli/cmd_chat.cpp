@@ -125,15 +125,12 @@ void run(const ChatCliOptions& o) {
     for (std::size_t i = 0; i < n_reused; ++i) sampler.accept(prompt[i]);  // generate() accepts the rest
     g_interrupted.store(false);
     k3::GenerateResult res;
-    try {
+    {  // an error (e.g. context full) propagates to main(): one line, non-zero exit
       SigintGuard guard;
       res = k3::generate(*lm.model, seq, fresh, sampler, go, [&](int32_t id) {
         show(stream.push(id));
         return true;
       });
-    } catch (...) {
-      messages.erase(messages.size() - 1);  // the user turn that failed (e.g. context full)
-      throw;
     }
     show(stream.flush());
     if (in_reasoning) out(undim);

@@ -46,7 +46,9 @@ struct GenFlags {
     sub->add_option("-t,--threads", threads, "worker threads (0 = all hardware threads)")
         ->capture_default_str()->check(CLI::NonNegativeNumber);
     sub->add_option("--temp", sampling.temp, "temperature (0 = greedy, ties to the lowest id)")->capture_default_str();
-    sub->add_option("--top-k", sampling.top_k, "keep the k most likely tokens (0 = off)")->capture_default_str();
+    sub->add_option("--top-k", sampling.top_k, "keep the k most likely tokens (0 = off)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     sub->add_option("--top-p", sampling.top_p, "nucleus: keep the smallest set with this probability mass (1 = off)")
         ->capture_default_str();
     sub->add_option("--min-p", sampling.min_p, "drop tokens below min-p x the top probability (0 = off)")
