@@ -2,10 +2,16 @@
 // built-in streaming read probe (issue #6). A benchmark, not a test: prints a markdown table.
 //
 //   k3_bench_kernels [--reps N] [--threads 1,2] [--probe-mb 1024] [--isa scalar,avx2,avx512]
+//                    [--gemm-only]
 //
 // Shapes are K3's real widths: bf16 GEMV on a KDA q_proj [12288, 7168] (176 MB, decode),
 // bf16 GEMM with 64 tokens on [3072, 7168] (prefill chunk), MXFP4 matvec over 24 distinct expert
 // w1 matrices [3072, 3584] (140 MB, so DRAM not cache is read), MXFP4 GEMM with 16 tokens.
+//
+// Then (AVX2 CPUs; --gemm-only runs just this) a single-thread prefill GEMM table: the AVX2 bf16
+// GEMM's "row-dot" kernel (the previous version, 4 rows x 3 tokens + horizontal sums) against its
+// "panel" kernel (packed [K][16] fp32 panel, broadcast X, 16 rows x 6 tokens) and the dispatched
+// k3::avx2::gemm_bf16, on K3-mini shapes and one K3 shape; interleaved samples, medians.
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -21,6 +27,17 @@
 #include "kernels/dispatch.h"
 #include "kernels/read_bandwidth.h"
 #include "kernels/threads.h"
+
+// Defined in src/kernels/avx2/gemm_bf16.cpp (the two paths of k3::avx2::gemm_bf16; contract as
+// KernelTable::gemm_bf16). Only called when the CPU has AVX2 + FMA.
+namespace k3::avx2 {
+void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
+               float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
+                      int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_bf16_panel(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
+                     int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+}  // namespace k3::avx2
 
 namespace {
 
@@ -72,6 +89,75 @@ void fill_u8(std::vector<uint8_t>& v, uint32_t seed, int lo, int span) {
   }
 }
 
+using GemmFn = void (*)(const uint16_t*, int64_t, int64_t, const float*, int64_t, int64_t, float*,
+                       int64_t, int64_t, int64_t);
+
+// Single-thread GFLOP/s of the AVX2 bf16 GEMM paths on prefill shapes: each sample repeats the
+// call until it lasts >= 2 ms; samples of the kernels alternate; median of `reps` samples.
+void gemm_paths_table(int reps) {
+  struct Shape {
+    int64_t rows, k, t;
+    const char* what;
+  };
+  const Shape shapes[] = {
+      {128, 128, 64, "mini q/o"},      {128, 128, 256, "mini q/o"},   {384, 128, 64, "mini qkv"},
+      {384, 128, 256, "mini qkv"},     {128, 384, 64, "mini down"},   {128, 384, 256, "mini down"},
+      {64, 128, 64, "mini latent"},    {16, 128, 64, "mini router"},  {256, 128, 256, "mini up"},
+      {384, 128, 2, "threshold"},      {384, 128, 3, "threshold"},    {384, 128, 4, "threshold"},
+      {384, 128, 6, "threshold"},      {384, 128, 8, "threshold"},    {384, 128, 16, "threshold"},
+      {128, 384, 3, "threshold"},      {128, 384, 4, "threshold"},
+      {3072, 7168, 4, "K3 threshold"}, {3072, 7168, 8, "K3 threshold"}, {3072, 7168, 12, "K3 threshold"},
+      {3072, 7168, 16, "K3 threshold"},
+      {3072, 7168, 64, "K3 prefill"},  {12288, 7168, 1, "K3 decode"},
+  };
+  struct Path {
+    const char* name;
+    GemmFn fn;
+  };
+  const Path paths[] = {{"rowdot (previous)", k3::avx2::gemm_bf16_rowdot},
+                        {"panel", k3::avx2::gemm_bf16_panel},
+                        {"gemm_bf16 (dispatched)", k3::avx2::gemm_bf16}};
+  constexpr int kPaths = 3;
+  std::printf("\nAVX2 bf16 GEMM paths, 1 thread, median of %d samples (GFLOP/s)\n\n", reps);
+  std::printf("| shape [rows,K] | T | what | rowdot (previous) | panel | dispatched | panel/rowdot |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  std::mt19937 g(7);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (const Shape& s : shapes) {
+    std::vector<uint16_t> w(s.rows * s.k);
+    fill_bf16(w, 11);
+    std::vector<float> x(s.t * s.k), y(s.t * s.rows);
+    for (auto& v : x) v = dist(g);
+    const double flops = 2.0 * s.rows * s.k * s.t;
+    auto call = [&](GemmFn fn) { fn(w.data(), s.k, s.k, x.data(), s.k, s.t, y.data(), s.rows, 0, s.rows); };
+    // calibrate: iterations per sample so one sample lasts >= 2 ms (with the slowest path)
+    int64_t iters = 1;
+    for (const Path& p : paths) {
+      call(p.fn);
+      const auto t0 = std::chrono::steady_clock::now();
+      call(p.fn);
+      const double one = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      iters = std::max<int64_t>(iters, static_cast<int64_t>(2e-3 / std::max(one, 1e-9)) + 1);
+    }
+    std::vector<double> samples[kPaths];
+    for (int r = 0; r < reps; ++r)
+      for (int i = 0; i < kPaths; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t it = 0; it < iters; ++it) call(paths[i].fn);
+        samples[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+      }
+    double gf[kPaths];
+    for (int i = 0; i < kPaths; ++i) {
+      std::sort(samples[i].begin(), samples[i].end());
+      gf[i] = flops / samples[i][samples[i].size() / 2] / 1e9;
+    }
+    std::printf("| [%lld,%lld] | %lld | %s | %.1f | %.1f | %.1f | %.2fx |\n", static_cast<long long>(s.rows),
+                static_cast<long long>(s.k), static_cast<long long>(s.t), s.what, gf[0], gf[1], gf[2],
+                gf[1] / gf[0]);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -79,6 +165,7 @@ int main(int argc, char** argv) try {
   std::vector<int> threads{1, std::max(1, k3::num_threads())};
   uint64_t probe_mb = 1024;
   std::vector<k3::Isa> isas = k3::supported_isas();
+  bool gemm_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -93,9 +180,17 @@ int main(int argc, char** argv) try {
     else if (a == "--isa") {
       isas.clear();
       for (auto& s : split(next())) isas.push_back(k3::isa_from_name(s));
-    } else throw k3::Error("unknown option " + a + " (see the comment at the top of bench/kernels.cpp)");
+    } else if (a == "--gemm-only") gemm_only = true;
+    else throw k3::Error("unknown option " + a + " (see the comment at the top of bench/kernels.cpp)");
   }
   threads.erase(std::unique(threads.begin(), threads.end()), threads.end());
+  const bool avx2 = k3::isa_supported(k3::Isa::Avx2);
+  if (gemm_only) {
+    if (!avx2) throw k3::Error("--gemm-only needs an AVX2 CPU");
+    k3::set_num_threads(1);
+    gemm_paths_table(reps);
+    return 0;
+  }
 
   const int max_t = *std::max_element(threads.begin(), threads.end());
   k3::set_num_threads(max_t);
@@ -177,6 +272,10 @@ int main(int argc, char** argv) try {
       });
       row("situ_glu", "196608 values", kt, nt, s, 12.0 * I * TP, 0);
     }
+  }
+  if (avx2) {
+    k3::set_num_threads(1);
+    gemm_paths_table(reps);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -46,6 +46,38 @@ struct KernelTable {
 
   /// Σ x[i] over a large buffer (streaming-read probe; fp32 lanes, order unspecified).
   float (*read_sum)(const float* x, int64_t n);
+
+  // --- k3::vec primitives (vec.h states their contracts; vec_impl.h is the one source that
+  // every ISA compiles). Single-threaded, unchecked, fp32; "may alias" = output == input exactly.
+  /// Σ a[i]·b[i], fp32 partial sums (order ISA-dependent).
+  float (*dot)(const float* a, const float* b, int64_t n);
+  /// Σ x[i]², fp32 partial sums.
+  float (*sum_sq)(const float* x, int64_t n);
+  /// y[i] += a·x[i].
+  void (*axpy)(float a, const float* x, float* y, int64_t n);
+  /// y[i] = a·x[i] (may alias).
+  void (*scale)(const float* x, float a, float* y, int64_t n);
+  /// y[i] = σ(x[i]) via e = exp(−|x|) (saturates to exactly 0/1; may alias).
+  void (*sigmoid)(const float* x, float* y, int64_t n);
+  /// y[i] = x[i]·σ(x[i]) (may alias; SiLU(−inf) = 0).
+  void (*silu)(const float* x, float* y, int64_t n);
+  /// y[i] *= σ(g[i]).
+  void (*mul_sigmoid)(const float* g, float* y, int64_t n);
+  /// y[i] = e^{x[i]} (may alias): 0 below ln(FLT_MIN), +inf above ln(FLT_MAX), NaN propagates.
+  void (*exp)(const float* x, float* y, int64_t n);
+  /// In-place softmax over x [n], n >= 1 (max subtracted, fp32 sum).
+  void (*softmax)(float* x, int64_t n);
+  /// y[i] = w[i]·x[i] / sqrt(mean(x²) + eps) (w == nullptr: no weight; may alias).
+  void (*rmsnorm)(const float* x, const float* w, float eps, float* y, int64_t n);
+  /// y[i] = s·x[i] / sqrt(Σ x² + eps) (may alias).
+  void (*l2norm)(const float* x, float eps, float s, float* y, int64_t n);
+  /// out [T, C] = SiLU(Σ_j taps[j, :]·ext[t + j, :]) with ext [K−1+T, C], taps [K, C].
+  void (*short_conv_silu)(const float* ext, const float* taps, int64_t t, int64_t c, int64_t k,
+                          float* out);
+
+  /// C [m, n] (+)= A [m, k] · B [k, n], fp32 row-major (leading dims lda, ldb, ldc); vec.h.
+  void (*gemm_nn)(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                  int64_t m, int64_t n, int64_t k, bool accumulate);
 };
 
 const KernelTable& kernel_table_scalar();

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -29,11 +30,20 @@ void check_mxfp4(const Mxfp4Matrix& w, std::string_view name) {
     throw Error("MXFP4 matrix '" + nm(name) + "': no data");
 }
 
-// Called only when some output is not finite: report a NaN scale byte if there is one.
-void check_scales_after_nan(const Mxfp4Matrix& w, const float* y, int64_t n, std::string_view name) {
-  bool finite = true;
-  for (int64_t i = 0; i < n && finite; ++i) finite = std::isfinite(y[i]);
-  if (finite) return;
+// True when every y[i] is finite: exponent bits not all ones, OR-reduced without an early exit
+// so the loop vectorizes (this runs after every expert FFN).
+bool all_finite(const float* y, int64_t n) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &y[i], 4);
+    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+// Throws naming the first E8M0 scale byte 0xFF (NaN) of w, if any.
+void scan_nan_scales(const Mxfp4Matrix& w, std::string_view name) {
   const int64_t nb = w.cols / 32;
   for (int64_t r = 0; r < w.rows; ++r)
     for (int64_t b = 0; b < nb; ++b)
@@ -41,6 +51,11 @@ void check_scales_after_nan(const Mxfp4Matrix& w, const float* y, int64_t n, std
         throw Error("MXFP4 matrix '" + nm(name) + "': E8M0 scale byte 0xFF (NaN) at row " +
                     std::to_string(r) + ", block " + std::to_string(b) + " (columns " +
                     std::to_string(32 * b) + ".." + std::to_string(32 * b + 31) + ")");
+}
+
+// Called after a product with w: when some output is not finite, report a NaN scale byte.
+void check_scales_after_nan(const Mxfp4Matrix& w, const float* y, int64_t n, std::string_view name) {
+  if (!all_finite(y, n)) scan_nan_scales(w, name);
 }
 
 }  // namespace
@@ -105,7 +120,9 @@ Mxfp4Path default_mxfp4_path() {
   return p;
 }
 
-void matmul_mxfp4_q8(const Mxfp4Matrix& w, const Q8Activations& xq, float* y, std::string_view name) {
+namespace {
+// matmul_mxfp4_q8 without the NaN-scale scan (the caller scans once at the end of a chain).
+void mxfp4_q8_unscanned(const Mxfp4Matrix& w, const Q8Activations& xq, float* y, std::string_view name) {
   check_mxfp4(w, name);
   if (xq.cols != w.cols)
     throw Error("MXFP4 matrix '" + nm(name) + "': activations have " + std::to_string(xq.cols) +
@@ -116,7 +133,12 @@ void matmul_mxfp4_q8(const Mxfp4Matrix& w, const Q8Activations& xq, float* y, st
     kt.gemm_mxfp4_q8(w.packed, w.scale, w.cols, xq.q.data(), xq.s.data(), xq.n_tokens, y, w.rows, r0,
                      r1);
   });
-  check_scales_after_nan(w, y, xq.n_tokens * w.rows, name);
+}
+}  // namespace
+
+void matmul_mxfp4_q8(const Mxfp4Matrix& w, const Q8Activations& xq, float* y, std::string_view name) {
+  mxfp4_q8_unscanned(w, xq, y, name);
+  if (w.rows > 0) check_scales_after_nan(w, y, xq.n_tokens * w.rows, name);
 }
 
 void matmul_mxfp4(const Mxfp4Matrix& w, const float* x, int64_t n_tokens, float* y, Mxfp4Path path,
@@ -154,11 +176,18 @@ void mxfp4_glu_ffn(const Mxfp4Matrix& w1, const Mxfp4Matrix& w3, const Mxfp4Matr
   if (path == Mxfp4Path::Int8) {
     thread_local Q8Activations zq, hq;
     quantize_q8(z, n_tokens, w1.cols, zq);
-    matmul_mxfp4_q8(w1, zq, g.data(), n1);
-    matmul_mxfp4_q8(w3, zq, u.data(), n3);
+    mxfp4_q8_unscanned(w1, zq, g.data(), n1);
+    mxfp4_q8_unscanned(w3, zq, u.data(), n3);
     glu_activation(g.data(), u.data(), g.data(), static_cast<int64_t>(g.size()), act);
     quantize_q8(g.data(), n_tokens, w2.cols, hq);
-    matmul_mxfp4_q8(w2, hq, y, n2);
+    mxfp4_q8_unscanned(w2, hq, y, n2);
+    // A 0xFF (NaN) scale byte in any of the three matrices makes outputs NaN (quantize_q8 maps a
+    // non-finite block to s = NaN), so one scan of y finds it; then name the matrix and block.
+    if (!all_finite(y, n_tokens * w2.rows)) {
+      scan_nan_scales(w1, n1);
+      scan_nan_scales(w3, n3);
+      scan_nan_scales(w2, n2);
+    }
     return;
   }
   matmul_mxfp4(w1, z, n_tokens, g.data(), path, n1);

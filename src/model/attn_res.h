@@ -18,6 +18,11 @@ namespace k3 {
 void attn_res_mix(const std::vector<const float*>& sources, int64_t T, int64_t D, const float* score,
                   float eps, float* out, float* weights);
 
+/// Fast twin of attn_res_mix (same contract): fp32 dispatched vector kernels (kernels/vec.h),
+/// tokens split across threads. Tested against attn_res_mix (tests/model/components_test.cpp).
+void attn_res_mix_fast(const std::vector<const float*>& sources, int64_t T, int64_t D,
+                       const float* score, float eps, float* out, float* weights);
+
 /// The per-token depth stream of the forward pass: bank of snapshots + running partial sum.
 class AttnResStream {
  public:
@@ -28,7 +33,8 @@ class AttnResStream {
   /// Sources of the next mix: bank entries then the prefix (when present).
   int64_t n_sources() const { return static_cast<int64_t>(bank_.size()) + (has_prefix_ ? 1 : 0); }
   /// h = Mix(bank ++ [prefix]; w.score) into out [T, D]; weights (optional) [T, n_sources()].
-  void mix(const AttnResWeights& w, float* out, float* weights) const;
+  /// fast: attn_res_mix_fast instead of the fp64 oracle attn_res_mix.
+  void mix(const AttnResWeights& w, float* out, float* weights, bool fast = false) const;
   /// Snapshot the RAW layer input: bank.push(prefix); prefix = NONE (spec §3.1, i % block == 0).
   void snapshot();
   /// prefix = (prefix is NONE) ? a : prefix + a, a: [T, D].

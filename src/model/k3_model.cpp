@@ -12,6 +12,8 @@
 #include "kernels/ops.h"
 #include "kernels/ref/linear.h"
 #include "kernels/ref/norms.h"
+#include "kernels/threads.h"
+#include "kernels/vec.h"
 #include "model/attn_res.h"
 #include "model/dense_mlp.h"
 #include "model/dump.h"
@@ -81,10 +83,18 @@ SequenceState Model::new_sequence() const {
 
 namespace {
 
-/// RMSNorm of each of the T rows of x [T, D] with weight w [D].
-std::vector<float> rmsnorm_rows(const float* x, int64_t T, int64_t D, const std::vector<float>& w, float eps) {
+/// RMSNorm of each of the T rows of x [T, D] with weight w [D]: the fp64 oracle, or (fast) the
+/// dispatched fp32 kernel with tokens split across threads.
+std::vector<float> rmsnorm_rows(const float* x, int64_t T, int64_t D, const std::vector<float>& w,
+                                float eps, bool fast) {
   std::vector<float> y(static_cast<size_t>(T * D));
-  for (int64_t t = 0; t < T; ++t) ref::rmsnorm(x + t * D, D, w.data(), eps, y.data() + t * D);
+  if (!fast) {
+    for (int64_t t = 0; t < T; ++t) ref::rmsnorm(x + t * D, D, w.data(), eps, y.data() + t * D);
+    return y;
+  }
+  parallel_for(T, grain_for_work(1, 2 * D), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) vec::rmsnorm(x + t * D, w.data(), eps, y.data() + t * D, D);
+  });
   return y;
 }
 
@@ -148,12 +158,12 @@ std::vector<float> Model::Impl::run(SequenceState::Impl& st, std::span<const int
     } else {
       mix_w.resize(static_cast<size_t>(T * stream.n_sources()));
       const int64_t n = stream.n_sources();
-      stream.mix(L.attn_res, h.data(), mix_w.data());
+      stream.mix(L.attn_res, h.data(), mix_w.data(), m.ex.fast);
       if (dump) dump->add(name(il, "attn_mix_w"), {T, n}, mix_w.data());
     }
     if (L.spec.snapshot) stream.snapshot();  // bank.push(raw layer input); prefix = NONE
     if (dump) dump->add(name(il, "attn_in"), {T, D}, h.data());
-    std::vector<float> xn = rmsnorm_rows(h.data(), T, D, L.input_norm, eps);
+    std::vector<float> xn = rmsnorm_rows(h.data(), T, D, L.input_norm, eps, m.ex.fast);
     LayerState& ls = st.layers[il];
     if (L.spec.attn == AttnKind::KDA)
       kda_forward(L.kda, m.kda, xn.data(), T, ls.kda, sub.data(), m.ex);
@@ -166,11 +176,11 @@ std::vector<float> Model::Impl::run(SequenceState::Impl& st, std::span<const int
     {
       const int64_t n = stream.n_sources();
       mix_w.resize(static_cast<size_t>(T * n));
-      stream.mix(L.ffn_res, h.data(), mix_w.data());
+      stream.mix(L.ffn_res, h.data(), mix_w.data(), m.ex.fast);
       if (dump) dump->add(name(il, "ffn_mix_w"), {T, n}, mix_w.data());
     }
     if (dump) dump->add(name(il, "ffn_in"), {T, D}, h.data());
-    xn = rmsnorm_rows(h.data(), T, D, L.post_norm, eps);
+    xn = rmsnorm_rows(h.data(), T, D, L.post_norm, eps, m.ex.fast);
     if (L.spec.ffn == FfnKind::Dense) {
       glu_mlp_forward(L.dense, m.act, xn.data(), T, sub.data(), m.ex);
     } else {
@@ -196,7 +206,7 @@ std::vector<float> Model::Impl::run(SequenceState::Impl& st, std::span<const int
   {
     const int64_t n = stream.n_sources();
     mix_w.resize(static_cast<size_t>(T * n));
-    stream.mix(m.w.out_res, h.data(), mix_w.data());
+    stream.mix(m.w.out_res, h.data(), mix_w.data(), m.ex.fast);
     if (dump) {
       dump->add("out.mix_w", {T, n}, mix_w.data());
       dump->add("out.final", {T, D}, h.data());
@@ -204,7 +214,7 @@ std::vector<float> Model::Impl::run(SequenceState::Impl& st, std::span<const int
   }
   const int64_t t0 = all_logits ? 0 : T - 1;
   const int64_t n_out = T - t0;
-  std::vector<float> xn = rmsnorm_rows(h.data() + t0 * D, n_out, D, m.w.final_norm, eps);
+  std::vector<float> xn = rmsnorm_rows(h.data() + t0 * D, n_out, D, m.w.final_norm, eps, m.ex.fast);
   std::vector<float> logits(static_cast<size_t>(n_out * V));
   if (m.ex.fast)
     k3::matmul(*m.w.lm_head, xn.data(), n_out, logits.data());

@@ -11,6 +11,8 @@
 #include "kernels/ref/activations.h"
 #include "kernels/ref/linear.h"
 #include "kernels/ref/norms.h"
+#include "kernels/threads.h"
+#include "kernels/vec.h"
 
 namespace k3 {
 
@@ -88,32 +90,9 @@ void delta_rule_step(float* S, const float* q, const float* k, const float* v, c
   }
 }
 
-/// Block form of short_conv_silu for T tokens and one of q/k/v: the same fp64 accumulation in
-/// the same tap order, vectorizable over channels. raw: [T, C]; taps: [C, K]; window: [K−1, C]
-/// (oldest first), advanced by T tokens; out: [T, C].
-void short_conv_silu_block(const float* raw, int64_t T, const std::vector<float>& taps,
-                           float* window, int64_t C, int64_t K, float* out) {
-  // ext = window ++ raw: [K−1+T, C]; token t reads rows t .. t+K−1.
-  std::vector<float> ext(static_cast<size_t>((K - 1 + T) * C));
-  std::vector<double> tt(static_cast<size_t>(K * C)), acc(static_cast<size_t>(C));
-  std::copy_n(window, (K - 1) * C, ext.data());
-  std::copy_n(raw, T * C, ext.data() + (K - 1) * C);
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t j = 0; j < K; ++j) tt[j * C + c] = taps[c * K + j];  // [K, C]
-  for (int64_t t = 0; t < T; ++t) {
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t j = 0; j < K; ++j) {
-      const float* e = &ext[(t + j) * C];
-      const double* w = &tt[j * C];
-      for (int64_t c = 0; c < C; ++c) acc[c] += w[c] * e[c];
-    }
-    for (int64_t c = 0; c < C; ++c) out[t * C + c] = ref::silu(static_cast<float>(acc[c]));
-  }
-  std::copy_n(ext.data() + T * C, (K - 1) * C, window);
-}
-
-/// Fast path of kda_forward (state already validated): same per-token preprocessing, the
-/// dispatched projections and the chunkwise / decode KDA kernels.
+/// Fast path of kda_forward (state already validated): the same per-token preprocessing in
+/// fp32 with the dispatched vector kernels (kernels/vec.h), tokens split across threads, then
+/// the chunkwise / decode KDA kernels. Oracle: the token-by-token path below (fast_path_test).
 void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, int64_t T,
                       KdaState& st, float* out) {
   const int64_t H = dm.H, d = dm.d, C = dm.C(), K = dm.K;
@@ -126,30 +105,51 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, in
   k3::matmul(*w.b_proj, x, T, bl.data());
   k3::matmul(*w.g_proj, x, T, gl.data());
 
-  // Per token: conv + SiLU (carries the window), L2 norms, q scale, log-decay g, beta.
-  // q, k, g: [T, H, d]; v: [T, H, d]; beta: [T, H] (kernels/kda_recurrent.h conventions).
-  const float q_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  // q, k, v, g: [T, H, d]; beta: [T, H] (kernels/kda_recurrent.h conventions).
   std::vector<float> q(T * C), k(T * C), v(T * C), g(T * C), beta(T * H), o(T * C);
-  float* win_q = st.conv.data();
-  float* win_k = win_q + (K - 1) * C;
-  float* win_v = win_k + (K - 1) * C;
-  short_conv_silu_block(qp.data(), T, w.q_conv, win_q, C, K, q.data());
-  short_conv_silu_block(kp.data(), T, w.k_conv, win_k, C, K, k.data());
-  short_conv_silu_block(vp.data(), T, w.v_conv, win_v, C, K, v.data());
-  for (int64_t t = 0; t < T; ++t) {
-    float* qt = &q[t * C];
-    float* kt = &k[t * C];
-    for (int64_t h = 0; h < H; ++h) {
-      ref::l2norm(qt + h * d, d, kKdaL2NormEps, qt + h * d);
-      ref::l2norm(kt + h * d, d, kKdaL2NormEps, kt + h * d);
-      for (int64_t i = 0; i < d; ++i) qt[h * d + i] *= q_scale;
-      for (int64_t i = 0; i < d; ++i) {
-        const int64_t c = h * d + i;
-        g[t * C + c] = kda_decay_gate(z[t * C + c], w.dt_bias[c], w.a_log[h], dm.lower_bound);
+  // Short conv + SiLU for q, k, v (carries the windows): ext = window ++ raw, taps as [K, C].
+  {
+    const float* raws[3] = {qp.data(), kp.data(), vp.data()};
+    const std::vector<float>* taps[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
+    float* outs[3] = {q.data(), k.data(), v.data()};
+    parallel_for(3, grain_for_work(1, T * C * K), [&](int64_t i0, int64_t i1) {
+      std::vector<float> ext(static_cast<size_t>((K - 1 + T) * C)), tt(static_cast<size_t>(K * C));
+      for (int64_t i = i0; i < i1; ++i) {
+        float* window = st.conv.data() + i * (K - 1) * C;
+        std::copy_n(window, (K - 1) * C, ext.data());
+        std::copy_n(raws[i], T * C, ext.data() + (K - 1) * C);
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t j = 0; j < K; ++j) tt[j * C + c] = (*taps[i])[c * K + j];
+        vec::short_conv_silu(ext.data(), tt.data(), T, C, K, outs[i]);
+        std::copy_n(ext.data() + T * C, (K - 1) * C, window);
       }
-      beta[t * H + h] = ref::sigmoid(bl[t * H + h]);
-    }
+    });
   }
+  // L2 norms (q also scaled by 1/sqrt(d)), per token and head.
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  parallel_for(T, grain_for_work(1, 4 * C), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        float* qh = &q[t * C + h * d];
+        float* kh = &k[t * C + h * d];
+        vec::l2norm(qh, kKdaL2NormEps, q_scale, qh, d);
+        vec::l2norm(kh, kKdaL2NormEps, 1.0f, kh, d);
+      }
+  });
+  // Log-decay g = lb·σ(e^{A_log}·(z + dt_bias)) (or −e^{A_log}·softplus(z + dt_bias)); β = σ(b).
+  if (dm.lower_bound) {
+    std::vector<float> ea(static_cast<size_t>(H));
+    for (int64_t h = 0; h < H; ++h) ea[h] = std::exp(w.a_log[h]);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) g[t * C + c] = ea[c / d] * (z[t * C + c] + w.dt_bias[c]);
+    vec::sigmoid(g.data(), g.data(), T * C);
+    vec::scale(g.data(), *dm.lower_bound, g.data(), T * C);
+  } else {
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c)
+        g[t * C + c] = kda_decay_gate(z[t * C + c], w.dt_bias[c], w.a_log[c / d], dm.lower_bound);
+  }
+  vec::sigmoid(bl.data(), beta.data(), T * H);
   const int Hi = static_cast<int>(H), di = static_cast<int>(d);
   if (T == 1)
     kda_decode_step(Hi, di, di, q.data(), k.data(), v.data(), g.data(), beta.data(), st.S.data(),
@@ -157,13 +157,16 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, in
   else
     kda_chunk(static_cast<int>(T), Hi, di, di, q.data(), k.data(), v.data(), g.data(), beta.data(),
               st.S.data(), o.data(), 64);
-  // Output: per-head RMSNorm (shared weight) times sigma(full-rank gate), then o_proj.
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < H; ++h) {
-      float* oh = &o[t * C + h * d];
-      ref::rmsnorm(oh, d, w.o_norm.data(), dm.rms_eps, oh);
-      for (int64_t i = 0; i < d; ++i) oh[i] *= ref::sigmoid(gl[t * C + h * d + i]);
+  // Output: per-head RMSNorm (shared weight) times σ(full-rank gate), then o_proj.
+  parallel_for(T, grain_for_work(1, 4 * C), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        float* oh = &o[t * C + h * d];
+        vec::rmsnorm(oh, w.o_norm.data(), dm.rms_eps, oh, d);
+      }
+      vec::mul_sigmoid(&gl[t * C], &o[t * C], C);
     }
+  });
   k3::matmul(*w.o_proj, o.data(), T, out);
 }
 

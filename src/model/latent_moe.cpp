@@ -12,6 +12,8 @@
 #include "kernels/ref/linear.h"
 #include "kernels/ref/mxfp4_linear.h"
 #include "kernels/ref/norms.h"
+#include "kernels/threads.h"
+#include "kernels/vec.h"
 #include "model/router.h"
 
 namespace k3 {
@@ -48,41 +50,53 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
   k3::matmul(*w.router, x, T, logits.data());
   std::vector<int32_t> ids(static_cast<size_t>(T * k));
   std::vector<float> wts(static_cast<size_t>(T * k));
-  for (int64_t t = 0; t < T; ++t) {
-    ref::sigmoid_inplace(&logits[t * E], E);
+  vec::sigmoid(logits.data(), logits.data(), T * E);
+  for (int64_t t = 0; t < T; ++t)
     router_select_topk(std::span<const float>(&logits[t * E], E), w.bias, k, dm.renormalize,
                        dm.scaling, std::span<int32_t>(&ids[t * k], k),
                        std::span<float>(&wts[t * k], k));
-  }
   // 4. Latent down-projection for the whole block.
   std::vector<float> z(static_cast<size_t>(T * L));
   k3::matmul(*w.down, x, T, z.data());
-  // 5–6. Group tokens by expert (ascending ids), one expert call per group, scatter-add.
+  // 5–6. Group tokens by expert (ascending ids); the selected experts run in parallel, each on
+  // its group's rows (written to its own slice of yall), then a serial scatter-add in expert
+  // order, so the sum does not depend on the thread count.
   std::vector<std::vector<std::pair<int64_t, float>>> groups(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t)
     for (int i = 0; i < k; ++i) groups[ids[t * k + i]].push_back({t, wts[t * k + i]});
-  std::vector<float> acc(static_cast<size_t>(T * L), 0.f), zg, yg;
-  const GluAct ga = to_glu_act(act);
-  for (int64_t e = 0; e < E; ++e) {
-    const auto& grp = groups[e];
-    if (grp.empty()) continue;
-    const int64_t n = static_cast<int64_t>(grp.size());
-    zg.resize(static_cast<size_t>(n * L));
-    yg.resize(static_cast<size_t>(n * L));
-    for (int64_t r = 0; r < n; ++r)
-      std::copy_n(&z[grp[r].first * L], L, &zg[r * L]);
-    const ExpertWeights& exw = w.experts[e];
-    mxfp4_glu_ffn(exw.w1, exw.w3, exw.w2, zg.data(), n, ga, yg.data(), ex.mxfp4,
-                  prefix + "experts." + std::to_string(e));
-    for (int64_t r = 0; r < n; ++r) {
-      float* a = &acc[grp[r].first * L];
-      const float wt = grp[r].second;
-      for (int64_t j = 0; j < L; ++j) a[j] += wt * yg[r * L + j];
+  std::vector<int64_t> active, offset;  // active expert ids; first row of each in yall
+  int64_t rows = 0;
+  for (int64_t e = 0; e < E; ++e)
+    if (!groups[e].empty()) {
+      active.push_back(e);
+      offset.push_back(rows);
+      rows += static_cast<int64_t>(groups[e].size());
     }
+  std::vector<float> acc(static_cast<size_t>(T * L), 0.f), yall(static_cast<size_t>(rows * L));
+  const GluAct ga = to_glu_act(act);
+  const int64_t n_active = static_cast<int64_t>(active.size());
+  const int64_t work_per_expert = (rows / std::max<int64_t>(1, n_active) + 1) * 3 * L * dm.Im;
+  parallel_for(n_active, grain_for_work(1, work_per_expert), [&](int64_t a0, int64_t a1) {
+    std::vector<float> zg;
+    for (int64_t a = a0; a < a1; ++a) {
+      const int64_t e = active[a];
+      const auto& grp = groups[e];
+      const int64_t n = static_cast<int64_t>(grp.size());
+      zg.resize(static_cast<size_t>(n * L));
+      for (int64_t r = 0; r < n; ++r) std::copy_n(&z[grp[r].first * L], L, &zg[r * L]);
+      const ExpertWeights& exw = w.experts[e];
+      mxfp4_glu_ffn(exw.w1, exw.w3, exw.w2, zg.data(), n, ga, &yall[offset[a] * L], ex.mxfp4,
+                    prefix + "experts." + std::to_string(e));
+    }
+  });
+  for (int64_t a = 0; a < n_active; ++a) {
+    const auto& grp = groups[active[a]];
+    for (size_t r = 0; r < grp.size(); ++r)
+      vec::axpy(grp[r].second, &yall[(offset[a] + static_cast<int64_t>(r)) * L], &acc[grp[r].first * L], L);
   }
   if (!w.latent_norm.empty())
     for (int64_t t = 0; t < T; ++t)
-      ref::rmsnorm(&acc[t * L], L, w.latent_norm.data(), dm.rms_eps, &acc[t * L]);
+      vec::rmsnorm(&acc[t * L], w.latent_norm.data(), dm.rms_eps, &acc[t * L], L);
   // 7–8. Up-projection for the whole block plus the shared experts.
   k3::matmul(*w.up, acc.data(), T, out);
   if (w.shared) {

@@ -1,5 +1,6 @@
 #include "model/mla.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -11,6 +12,7 @@
 #include "kernels/threads.h"
 #include "kernels/ref/linear.h"
 #include "kernels/ref/norms.h"
+#include "kernels/vec.h"
 
 namespace k3 {
 
@@ -77,72 +79,82 @@ void attend_absorbed(const MlaWeights& w, int64_t h, const float* q, const float
   ref::matvec_rows(*w.kv_b, hb + d.dn, d.dv, ctx.data(), o);  // o = W_vb,h ctx  [dv]
 }
 
-/// fp32 dot with 8 independent partial sums (vectorizes without reassociation flags).
-float dot_f(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  for (; i < n; ++i) acc[0] += a[i] * b[i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
 /// Fast attention over the (already appended) cache for T queries q [T, H, dn + dr] into
-/// o [T, H, dv]: Expanded (prefill) or Absorbed (decode), fp32, heads in parallel.
+/// o [T, H, dv], fp32 with the dispatched vector kernels (kernels/vec.h), heads in parallel.
+/// Expanded (prefill): k_nope/v of every cache row from one GEMM, then per head and block of
+/// queries two fp32 GEMMs (scores against the transposed keys, output from the values). Absorbed (decode, spec §3.3): the query is mapped into
+/// the latent space once and scored against the cache rows directly.
 void mla_attend_fast(const MlaWeights& w, const MlaDims& d, const float* q, int64_t T,
                      const MlaCache& cache, int64_t n_past, bool absorbed, float* o) {
   const int64_t H = d.H, dq = d.dn + d.dr, row = d.row(), kvr = d.kv_rank, hw = d.dn + d.dv;
   const int64_t n_all = n_past + T;
   const float* crows = cache.rows.data();
   const float scale = 1.0f / std::sqrt(static_cast<float>(dq));
-  std::vector<float> kv;  // Expanded: [n_all, H, dn + dv], one GEMM over the whole cache
+  const uint8_t* kvb = w.kv_b->data;  // BF16 [H·(dn+dv), kvr]
   if (!absorbed) {
     std::vector<float> c(static_cast<size_t>(n_all * kvr));
     for (int64_t s = 0; s < n_all; ++s) std::memcpy(&c[s * kvr], crows + s * row, kvr * sizeof(float));
-    kv.resize(static_cast<size_t>(n_all * H * hw));
+    std::vector<float> kv(static_cast<size_t>(n_all * H * hw));  // [n_all, H, dn + dv]
     k3::matmul(*w.kv_b, c.data(), n_all, kv.data());
+    // Per head: keys transposed to kt [dq, n_all] (k_nope from kv, k_rope from the cache); the
+    // values are read in place (rows of kv, stride H·hw). Queries in blocks of kQb: scores
+    // S = (scale·Q_blk)·kt over the keys the block can see, a causal softmax per row (later
+    // keys get weight 0), then O_blk = S·V. Work per head ~ T·n_all·(dq + dv) multiply-adds
+    // (causal: about half of it).
+    constexpr int64_t kQb = 32;
+    parallel_for(H, grain_for_work(1, T * n_all * (dq + d.dv) / 2), [&](int64_t h0, int64_t h1) {
+      std::vector<float> kt(static_cast<size_t>(dq * n_all)), qs(static_cast<size_t>(kQb * dq)),
+          sc(static_cast<size_t>(kQb * n_all)), ob(static_cast<size_t>(kQb * d.dv));
+      for (int64_t h = h0; h < h1; ++h) {
+        for (int64_t s = 0; s < n_all; ++s) {
+          const float* kvs = &kv[(s * H + h) * hw];
+          for (int64_t i = 0; i < d.dn; ++i) kt[i * n_all + s] = kvs[i];
+          for (int64_t i = 0; i < d.dr; ++i) kt[(d.dn + i) * n_all + s] = crows[s * row + kvr + i];
+        }
+        for (int64_t t0 = 0; t0 < T; t0 += kQb) {
+          const int64_t nq = std::min(kQb, T - t0), n_vis = n_past + t0 + nq;
+          for (int64_t r = 0; r < nq; ++r)
+            vec::scale(q + (t0 + r) * H * dq + h * dq, scale, &qs[r * dq], dq);
+          vec::gemm_nn(qs.data(), dq, kt.data(), n_all, sc.data(), n_vis, nq, n_vis, dq, false);
+          for (int64_t r = 0; r < nq; ++r) {
+            const int64_t n_ctx = n_past + t0 + r + 1;  // causal
+            float* pr = &sc[r * n_vis];
+            vec::softmax(pr, n_ctx);
+            std::fill(pr + n_ctx, pr + n_vis, 0.f);
+          }
+          vec::gemm_nn(sc.data(), n_vis, &kv[h * hw + d.dn], H * hw, ob.data(), d.dv, nq, d.dv,
+                       n_vis, false);
+          for (int64_t r = 0; r < nq; ++r)
+            std::copy_n(&ob[r * d.dv], d.dv, o + (t0 + r) * H * d.dv + h * d.dv);
+        }
+      }
+    });
+    return;
   }
-  const uint8_t* kvb = w.kv_b->data;  // BF16 [H·(dn+dv), kvr]
-  // Work per head ~ T·n_all·(cache row + value width) multiply-adds (+ the absorbed projections).
-  parallel_for(H, grain_for_work(1, T * (n_all + kvr) * (row + d.dv)), [&](int64_t h0, int64_t h1) {
-    std::vector<float> p(static_cast<size_t>(n_all)), q_abs(kvr), ctx(kvr);
-    std::vector<uint16_t> wrow(kvr);
+  parallel_for(H, grain_for_work(1, T * n_all * (row + kvr) + d.dn * kvr), [&](int64_t h0, int64_t h1) {
+    std::vector<float> p(static_cast<size_t>(n_all)), qcat(static_cast<size_t>(row)), ctx(kvr),
+        wrow(kvr);
+    std::vector<uint16_t> wbits(kvr);
     for (int64_t h = h0; h < h1; ++h)
       for (int64_t t = 0; t < T; ++t) {
         const float* qh = q + t * H * dq + h * dq;
         float* oh = o + t * H * d.dv + h * d.dv;
         const int64_t n_ctx = n_past + t + 1;  // causal
-        if (!absorbed) {
-          for (int64_t s = 0; s < n_ctx; ++s)
-            p[s] = (dot_f(qh, &kv[(s * H + h) * hw], d.dn) +
-                    dot_f(qh + d.dn, crows + s * row + kvr, d.dr)) * scale;
-          ref::softmax(p.data(), n_ctx, p.data());
-          std::fill(oh, oh + d.dv, 0.f);
-          for (int64_t s = 0; s < n_ctx; ++s) {
-            const float* vs = &kv[(s * H + h) * hw + d.dn];
-            for (int64_t j = 0; j < d.dv; ++j) oh[j] += p[s] * vs[j];
-          }
-        } else {
-          // q_abs = W_kb,hᵀ q_nope [kvr]: rows of head h, each read once.
-          std::fill(q_abs.begin(), q_abs.end(), 0.f);
-          for (int64_t i = 0; i < d.dn; ++i) {
-            std::memcpy(wrow.data(), kvb + ((h * hw + i) * kvr) * 2, kvr * 2);
-            const float qi = qh[i];
-            for (int64_t j = 0; j < kvr; ++j) q_abs[j] += qi * bf16_to_f32(wrow[j]);
-          }
-          for (int64_t s = 0; s < n_ctx; ++s)
-            p[s] = (dot_f(q_abs.data(), crows + s * row, kvr) +
-                    dot_f(qh + d.dn, crows + s * row + kvr, d.dr)) * scale;
-          ref::softmax(p.data(), n_ctx, p.data());
-          std::fill(ctx.begin(), ctx.end(), 0.f);
-          for (int64_t s = 0; s < n_ctx; ++s) {
-            const float* cs = crows + s * row;
-            for (int64_t j = 0; j < kvr; ++j) ctx[j] += p[s] * cs[j];
-          }
-          // o = W_vb,h ctx [dv] (rows h·hw + dn .. + dv).
-          matmul_bf16_raw(reinterpret_cast<const uint16_t*>(kvb) + (h * hw + d.dn) * kvr, d.dv,
-                          kvr, kvr, ctx.data(), 1, oh, w.kv_b->name);
+        // qcat = scale·[W_kb,hᵀ q_nope ; q_rope] [kvr + dr]: rows of head h, each read once.
+        std::fill(qcat.begin(), qcat.end(), 0.f);
+        for (int64_t i = 0; i < d.dn; ++i) {
+          std::memcpy(wbits.data(), kvb + ((h * hw + i) * kvr) * 2, kvr * 2);
+          for (int64_t j = 0; j < kvr; ++j) wrow[j] = bf16_to_f32(wbits[j]);
+          vec::axpy(qh[i] * scale, wrow.data(), qcat.data(), kvr);
         }
+        vec::scale(qh + d.dn, scale, qcat.data() + kvr, d.dr);
+        for (int64_t s = 0; s < n_ctx; ++s) p[s] = vec::dot(qcat.data(), crows + s * row, row);
+        vec::softmax(p.data(), n_ctx);
+        std::fill(ctx.begin(), ctx.end(), 0.f);
+        for (int64_t s = 0; s < n_ctx; ++s) vec::axpy(p[s], crows + s * row, ctx.data(), kvr);
+        // o = W_vb,h ctx [dv] (rows h·hw + dn .. + dv).
+        matmul_bf16_raw(reinterpret_cast<const uint16_t*>(kvb) + (h * hw + d.dn) * kvr, d.dv, kvr,
+                        kvr, ctx.data(), 1, oh, w.kv_b->name);
       }
   });
 }
@@ -167,7 +179,10 @@ void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t 
   };
   mm(*w.q_a, x, qa.data());
   for (int64_t t = 0; t < T; ++t)
-    ref::rmsnorm(&qa[t * d.q_rank], d.q_rank, w.q_a_norm.data(), d.norm_eps, &qa[t * d.q_rank]);
+    if (ex.fast)
+      vec::rmsnorm(&qa[t * d.q_rank], w.q_a_norm.data(), d.norm_eps, &qa[t * d.q_rank], d.q_rank);
+    else
+      ref::rmsnorm(&qa[t * d.q_rank], d.q_rank, w.q_a_norm.data(), d.norm_eps, &qa[t * d.q_rank]);
   mm(*w.q_b, qa.data(), q.data());
   mm(*w.kv_a, x, ckv.data());
   if (d.output_gate) mm(*w.g_proj, x, gate.data());
@@ -176,7 +191,10 @@ void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t 
   cache.rows.resize(static_cast<size_t>((n_past + T) * row));
   for (int64_t t = 0; t < T; ++t) {
     float* r = cache.rows.data() + (n_past + t) * row;
-    ref::rmsnorm(&ckv[t * row], d.kv_rank, w.kv_a_norm.data(), d.norm_eps, r);
+    if (ex.fast)
+      vec::rmsnorm(&ckv[t * row], w.kv_a_norm.data(), d.norm_eps, r, d.kv_rank);
+    else
+      ref::rmsnorm(&ckv[t * row], d.kv_rank, w.kv_a_norm.data(), d.norm_eps, r);
     for (int64_t j = 0; j < d.dr; ++j) r[d.kv_rank + j] = ckv[t * row + d.kv_rank + j];
   }
   const int64_t n_all = n_past + T;
@@ -187,8 +205,7 @@ void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t 
   std::vector<float> o(T * H * d.dv);
   if (ex.fast) {
     mla_attend_fast(w, d, q.data(), T, cache, n_past, absorbed, o.data());
-    if (d.output_gate)
-      for (size_t i = 0; i < o.size(); ++i) o[i] *= ref::sigmoid(gate[i]);
+    if (d.output_gate) vec::mul_sigmoid(gate.data(), o.data(), static_cast<int64_t>(o.size()));
     k3::matmul(*w.o_proj, o.data(), T, out);
     return;
   }

@@ -1,11 +1,19 @@
 // BF16 GEMV/GEMM kernels of every supported ISA vs the fp64 oracle k3::ref::matmul.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "core/error.h"
 #include "kernel_test_util.h"
 #include "kernels/ops.h"
 #include "kernels/ref/linear.h"
 #include "kernels/threads.h"
+
+// The AVX2 gemm_bf16's row-dot kernel on its own (src/kernels/avx2/gemm_bf16.cpp; AVX2 CPUs only).
+namespace k3::avx2 {
+void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
+                      int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+}  // namespace k3::avx2
 
 namespace {
 
@@ -58,6 +66,55 @@ TEST(GemmBf16, EveryIsaMatchesOracleOnAwkwardShapes) {
       const double tol = (isa == k3::Isa::Avx512 && t >= 4) ? Tol::kGemmBf16DotBf16 : Tol::kGemmBf16;
       expect_close_gemm(w, x, rows, cols, t, y, kt.isa_name, tol);
     }
+  }
+}
+
+// The prefill paths (AVX2: 16-row packed panels x 6-token blocks from T >= 4, or T >= 16 when
+// K > 1024; K blocks of 256): T around the thresholds and not a multiple of the token block,
+// rows not a multiple of 16 split at arbitrary r0/r1, K around 8 and the K block, ldw > K.
+// Rows outside [r0, r1) must stay untouched, and a row's result must not depend on the split.
+// AVX2: for T > 1 the panel path reproduces the row-dot kernel bit for bit.
+TEST(GemmBf16, PrefillPathsEdgeCases) {
+  std::mt19937 g(3);
+  const int64_t ks[] = {0, 1, 7, 8, 9, 127, 128, 129, 1000, 1023, 1024, 1025, 2100};
+  const int64_t ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 16, 17, 47, 48, 49, 255};
+  const int64_t rows = 37, pad = 5;  // 37 = 2 x 16 + 5
+  const int64_t splits[] = {0, 3, 21, rows};  // [0,3) [3,21) [21,37): none on a 16-row boundary
+  const float sentinel = -999.f;
+  for (k3::Isa isa : isas_under_test()) {
+    const k3::KernelTable& kt = k3::kernels_for(isa);
+    for (int64_t k : ks)
+      for (int64_t t : ts) {
+        if (k >= 1000 && t > 49) continue;  // keep the fp64 oracle cheap
+        const int64_t ldw = k + pad;
+        auto ws = rand_bf16(g, rows * ldw);
+        std::vector<uint16_t> w(rows * k);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < k; ++c) w[r * k + c] = ws[r * ldw + c];
+        auto x = rand_f32(g, t * k);
+        std::vector<float> y(t * rows, sentinel), whole(t * rows, sentinel);
+        for (int s = 0; s + 1 < 4; ++s) {
+          kt.gemm_bf16(ws.data(), ldw, k, x.data(), k, t, y.data(), rows, splits[s], splits[s + 1]);
+          for (int64_t j = 0; j < t; ++j)
+            for (int64_t r = splits[s + 1]; r < rows; ++r)
+              ASSERT_EQ(y[j * rows + r], sentinel)
+                  << kt.isa_name << " K=" << k << " T=" << t << " wrote row " << r << " outside ["
+                  << splits[s] << ", " << splits[s + 1] << ")";
+        }
+        const double tol = (isa == k3::Isa::Avx512 && t >= 4) ? Tol::kGemmBf16DotBf16 : Tol::kGemmBf16;
+        const std::string what = std::string(kt.isa_name) + " K=" + std::to_string(k) + " T=" + std::to_string(t);
+        expect_close_gemm(w, x, rows, k, t, y, what.c_str(), tol);
+        if (k == 0) {
+          for (float v : y) ASSERT_EQ(v, 0.f) << what;
+        }
+        kt.gemm_bf16(ws.data(), ldw, k, x.data(), k, t, whole.data(), rows, 0, rows);
+        ASSERT_EQ(y, whole) << what << ": a row's result depends on the r0/r1 split";
+        if (isa == k3::Isa::Avx2 && t > 1) {
+          std::vector<float> rowdot(t * rows, sentinel);
+          k3::avx2::gemm_bf16_rowdot(ws.data(), ldw, k, x.data(), k, t, rowdot.data(), rows, 0, rows);
+          ASSERT_EQ(y, rowdot) << what << ": differs from the row-dot kernel";
+        }
+      }
   }
 }
 

@@ -112,6 +112,33 @@ TEST(AttnRes, MixMatchesFormula) {
   for (int i = 0; i < T * D; ++i) EXPECT_FLOAT_EQ(out[i], a[i]);
 }
 
+// The fast twin (fp32 vector kernels, tokens across threads) against the fp64 oracle, with
+// sources of very different scales (near-one-hot mixes) and D not a multiple of the vector width.
+TEST(AttnRes, FastMixMatchesOracle) {
+  std::mt19937 rng(5);
+  for (const int D : {1, 7, 16, 33, 128, 1000}) {
+    const int T = 37, n = 5;
+    std::vector<std::vector<float>> v;
+    std::vector<const float*> src;
+    for (int j = 0; j < n; ++j) v.push_back(k3test::randn(T * D, rng, 0.1f + 2.f * j));
+    for (auto& b : v) src.push_back(b.data());
+    std::vector<float> s = k3test::randn(D, rng, 1.f), o_ref(T * D), o_fast(T * D), w_ref(T * n),
+                       w_fast(T * n);
+    k3::attn_res_mix(src, T, D, s.data(), 1e-5f, o_ref.data(), w_ref.data());
+    k3::attn_res_mix_fast(src, T, D, s.data(), 1e-5f, o_fast.data(), w_fast.data());
+    // The mixing logits are fp32 dot products of D terms of size ~1 (logits ~sqrt(D)), whose
+    // rounding grows like sqrt(D)·u·|logit|: bound the weights by 1e-6·sqrt(D) and the outputs
+    // by that times the largest source magnitude (8.1 here) — ~10x the observed error.
+    const double tol_w = 1e-6 * std::sqrt(static_cast<double>(D));
+    double vmax = 0;
+    for (auto& b : v)
+      for (float x : b) vmax = std::max(vmax, static_cast<double>(std::fabs(x)));
+    for (int i = 0; i < T * n; ++i) EXPECT_NEAR(w_fast[i], w_ref[i], tol_w) << "D=" << D << " i=" << i;
+    for (int i = 0; i < T * D; ++i)
+      EXPECT_NEAR(o_fast[i], o_ref[i], tol_w * vmax + 1e-6 * std::fabs(o_ref[i])) << "D=" << D << " i=" << i;
+  }
+}
+
 TEST(AttnRes, StreamBookkeeping) {
   const int T = 1, D = 4;
   std::vector<float> x0 = {1, 2, 3, 4}, a = {1, 1, 1, 1};

@@ -4,9 +4,18 @@
 
 namespace k3 {
 const KernelTable& kernel_table_avx2() {
-  static const KernelTable t{"avx2",           avx2::gemm_bf16,   avx2::quantize_q8,
-                             avx2::gemm_mxfp4_q8, avx2::gemm_mxfp4_f32, avx2::situ_glu,
-                             avx2::read_sum};
+  static const KernelTable t = [] {
+    KernelTable k{};
+    k.isa_name = "avx2";
+    k.gemm_bf16 = avx2::gemm_bf16;
+    k.quantize_q8 = avx2::quantize_q8;
+    k.gemm_mxfp4_q8 = avx2::gemm_mxfp4_q8;
+    k.gemm_mxfp4_f32 = avx2::gemm_mxfp4_f32;
+    k.situ_glu = avx2::situ_glu;
+    k.read_sum = avx2::read_sum;
+    avx2::fill_vec_table(k);
+    return k;
+  }();
   return t;
 }
 }  // namespace k3

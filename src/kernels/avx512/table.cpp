@@ -1,15 +1,25 @@
 // The AVX-512 kernel table. The element-wise kernels (Q8 quantization, SiTU-GLU, read probe) are
 // not on the hot path (or are memory-bound), so this table reuses the AVX2 ones: every CPU with
-// our AVX-512 level also has AVX2 + FMA (cpu_features.cpp requires both).
+// our AVX-512 level also has AVX2 + FMA (cpu_features.cpp requires both). The k3::vec primitives
+// are the 16-lane build of vec_impl.h.
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
 
 namespace k3 {
 const KernelTable& kernel_table_avx512() {
-  static const KernelTable t{"avx512",          avx512::gemm_bf16,   avx2::quantize_q8,
-                             avx512::gemm_mxfp4_q8, avx512::gemm_mxfp4_f32, avx2::situ_glu,
-                             avx2::read_sum};
+  static const KernelTable t = [] {
+    KernelTable k{};
+    k.isa_name = "avx512";
+    k.gemm_bf16 = avx512::gemm_bf16;
+    k.quantize_q8 = avx2::quantize_q8;
+    k.gemm_mxfp4_q8 = avx512::gemm_mxfp4_q8;
+    k.gemm_mxfp4_f32 = avx512::gemm_mxfp4_f32;
+    k.situ_glu = avx2::situ_glu;
+    k.read_sum = avx2::read_sum;
+    avx512::fill_vec_table(k);
+    return k;
+  }();
   return t;
 }
 }  // namespace k3

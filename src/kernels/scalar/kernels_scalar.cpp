@@ -2,6 +2,8 @@
 // "reference numerics" mode: the dense and exact-MXFP4 dot products accumulate in fp64 in
 // column order and SiTU is k3::ref::situ, so K3_ISA=scalar K3_MXFP4=exact reproduces the k3::ref
 // oracle (what the forward-vs-reference tests need); the SIMD ISAs accumulate in fp32.
+// The k3::vec primitives are the exception: they are vec_impl.h compiled for the baseline
+// (portable GCC vector code, 4 lanes), fp32 like the other ISAs.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +11,7 @@
 
 #include "kernels/kernel_table.h"
 #include "kernels/ref/activations.h"
+#include "kernels/vec_impl.h"
 
 namespace k3 {
 
@@ -134,8 +137,18 @@ float read_sum(const float* x, int64_t n) {
 }  // namespace
 
 const KernelTable& kernel_table_scalar() {
-  static const KernelTable t{"scalar", gemm_bf16, quantize_q8, gemm_mxfp4_q8, gemm_mxfp4_f32,
-                             situ_glu, read_sum};
+  static const KernelTable t = [] {
+    KernelTable k{};
+    k.isa_name = "scalar";
+    k.gemm_bf16 = gemm_bf16;
+    k.quantize_q8 = quantize_q8;
+    k.gemm_mxfp4_q8 = gemm_mxfp4_q8;
+    k.gemm_mxfp4_f32 = gemm_mxfp4_f32;
+    k.situ_glu = situ_glu;
+    k.read_sum = read_sum;
+    vec_fill_table(k);  // vec_impl.h built for the x86-64 baseline (4-lane SSE2 vectors)
+    return k;
+  }();
   return t;
 }
 

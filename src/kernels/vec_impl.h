@@ -1,0 +1,389 @@
+// k3::vec algorithms (vec.h), written once and compiled per ISA: scalar/kernels_scalar.cpp (the
+// x86-64 baseline: 4-lane SSE2 vectors), avx2/vec.cpp (8 lanes, AVX2), avx512/vec.cpp (16 lanes,
+// AVX-512F). Same pattern as kda_chunk_impl.h: GCC vector extensions of the build's native width,
+// so every loop is SIMD without relying on the auto-vectorizer or on fp-reassociation flags.
+// Everything has internal linkage (anonymous namespace), as the ISA translation-unit rule of
+// kernel_table.h requires; an ISA TU calls vec_fill_table() to put these into its KernelTable.
+//
+// Numerics (identical formulas on every ISA; only the lane count, hence the order of the fp32
+// partial sums of the reductions, differs):
+//   - reductions: kUnroll·kLanes fixed partial sums, combined in a fixed order;
+//   - exp: Cephes expf (range reduction by ln2 split in two constants, degree-6 polynomial),
+//     2^n applied as two factors so n = 128 works; x < ln(FLT_MIN) gives exactly 0 (no
+//     subnormal results, so exp(-inf) = 0), x > ln(FLT_MAX) gives +inf, NaN propagates;
+//   - σ(x) = x >= 0 ? 1/(1+e) : e/(1+e) with e = exp(−|x|) ∈ [0, 1] (never overflows);
+//   - tails: the last n mod kLanes elements are copied into a zero-padded vector and go through
+//     the same vector code, so results do not depend on an element's position.
+#pragma once
+#include <immintrin.h>
+#include <math.h>
+
+#include <cstdint>
+
+#include "kernels/kernel_table.h"
+
+// The vector types below are passed between internal inline helpers only; GCC's note that their
+// ABI differs without AVX concerns external calls, of which there are none.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace k3 {
+namespace {
+namespace vecimpl {
+
+#if defined(__AVX512F__)
+inline constexpr int kLanes = 16;
+#elif defined(__AVX__)
+inline constexpr int kLanes = 8;
+#else
+inline constexpr int kLanes = 4;
+#endif
+inline constexpr int kUnroll = 4;  // independent accumulator chains in the reductions
+
+typedef float vf __attribute__((vector_size(4 * kLanes)));
+typedef int32_t vi __attribute__((vector_size(4 * kLanes)));
+
+inline vf loadv(const float* p) {
+  vf r;
+  __builtin_memcpy(&r, p, sizeof r);
+  return r;
+}
+inline void storev(float* p, vf x) { __builtin_memcpy(p, &x, sizeof x); }
+// The first m (< kLanes) elements of p, zero-padded.
+inline vf load_part(const float* p, int64_t m) {
+  float buf[kLanes] = {};
+  for (int64_t l = 0; l < m; ++l) buf[l] = p[l];
+  return loadv(buf);
+}
+inline void store_part(float* p, vf x, int64_t m) {
+  float buf[kLanes];
+  storev(buf, x);
+  for (int64_t l = 0; l < m; ++l) p[l] = buf[l];
+}
+inline vf splat(float a) { return vf{} + a; }
+inline float hsum(vf v) {
+  float s = v[0];
+  for (int l = 1; l < kLanes; ++l) s += v[l];
+  return s;
+}
+inline vf as_f(vi x) { return reinterpret_cast<vf>(x); }  // bit casts (same size)
+inline vi as_i(vf x) { return reinterpret_cast<vi>(x); }
+inline vf vabs(vf x) { return as_f(as_i(x) & 0x7fffffff); }
+inline vi lane_index() {
+  vi r;
+  for (int l = 0; l < kLanes; ++l) r[l] = l;
+  return r;
+}
+
+// e^x per lane (see the header comment). Max error ≈ 2 ulp on [ln FLT_MIN, ln FLT_MAX].
+inline vf exp_v(vf x) {
+  constexpr float kLo = -87.3365447505531f;  // ln(FLT_MIN): below, the result is flushed to 0
+  constexpr float kHi = 88.8f;               // above ln(FLT_MAX) = 88.7228: overflows to inf
+  constexpr float kMagic = 12582912.f;       // 1.5·2^23: adding it rounds to an integer
+  const vi under = x < kLo;                  // false for NaN
+  vf xc = under ? splat(kLo) : x;
+  xc = xc > kHi ? splat(kHi) : xc;  // NaN passes both selects
+  const vf t = xc * 1.44269504088896341f + kMagic;
+  const vf fn = t - kMagic;                       // round(x·log2 e), |fn| <= 129
+  const vi n = as_i(t) - as_i(splat(kMagic));     // the same integer
+  vf r = xc - fn * 0.693359375f;                  // exact (C1 has 9 significant bits)
+  r = r - fn * -2.12194440e-4f;
+  vf p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const vi h = n >> 1;  // 2^n = 2^h · 2^(n−h), each factor a normal number for n in [−126, 129]
+  const vf y = p * as_f((h + 127) << 23) * as_f((n - h + 127) << 23);
+  return as_f(as_i(y) & ~under);
+}
+
+// σ(x) per lane: saturates to exactly 0 / 1, NaN propagates.
+inline vf sigmoid_v(vf x) {
+  const vf e = exp_v(-vabs(x));
+  const vf d = 1.0f / (e + 1.0f);
+  return x >= 0.0f ? d : e * d;
+}
+
+// Applies f (vf -> vf) to x [n] into y [n] (may alias).
+template <class F>
+inline void map1(const float* x, float* y, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) storev(y + i, f(loadv(x + i)));
+  if (i < n) store_part(y + i, f(load_part(x + i, n - i)), n - i);
+}
+
+// Σ f(a_i, b_i) with kUnroll·kLanes partial sums (b may be unused).
+template <class F>
+inline float reduce2(const float* a, const float* b, int64_t n, F f) {
+  vf acc[kUnroll] = {};
+  int64_t i = 0;
+  for (; i + kUnroll * kLanes <= n; i += kUnroll * kLanes)
+    for (int u = 0; u < kUnroll; ++u)
+      acc[u] += f(loadv(a + i + u * kLanes), loadv(b + i + u * kLanes));
+  for (; i + kLanes <= n; i += kLanes) acc[0] += f(loadv(a + i), loadv(b + i));
+  if (i < n) acc[1] += f(load_part(a + i, n - i), load_part(b + i, n - i));  // pads: f(0,0) = 0
+  return hsum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+static_assert(kUnroll == 4, "reduce2 and softmax combine four accumulators");
+
+float dot(const float* a, const float* b, int64_t n) {
+  return reduce2(a, b, n, [](vf x, vf y) { return x * y; });
+}
+
+float sum_sq(const float* x, int64_t n) {
+  return reduce2(x, x, n, [](vf a, vf) { return a * a; });
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) storev(y + i, loadv(y + i) + a * loadv(x + i));
+  if (i < n) store_part(y + i, load_part(y + i, n - i) + a * load_part(x + i, n - i), n - i);
+}
+
+void scale(const float* x, float a, float* y, int64_t n) {
+  map1(x, y, n, [a](vf v) { return v * a; });
+}
+
+void sigmoid(const float* x, float* y, int64_t n) { map1(x, y, n, sigmoid_v); }
+
+// SiLU(x) = x·σ(x), with SiLU(−inf) = 0 (the limit; x·σ(x) would be −inf·0 = NaN).
+inline vf silu_v(vf x) {
+  const vf s = sigmoid_v(x);
+  return s == 0.0f ? vf{} : x * s;
+}
+
+void silu(const float* x, float* y, int64_t n) { map1(x, y, n, silu_v); }
+
+void mul_sigmoid(const float* g, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) storev(y + i, loadv(y + i) * sigmoid_v(loadv(g + i)));
+  if (i < n) store_part(y + i, load_part(y + i, n - i) * sigmoid_v(load_part(g + i, n - i)), n - i);
+}
+
+void exp(const float* x, float* y, int64_t n) { map1(x, y, n, exp_v); }
+
+void softmax(float* x, int64_t n) {
+  // Max: per-lane running max, then across lanes and over the scalar tail.
+  vf m = splat(x[0]);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const vf v = loadv(x + i);
+    m = v > m ? v : m;  // a NaN is skipped here but propagates through the sum below
+  }
+  float mx = m[0];
+  for (int l = 1; l < kLanes; ++l) mx = m[l] > mx ? m[l] : mx;
+  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  // e_i = exp(x_i − max) in place, kUnroll·kLanes fp32 partial sums like reduce2 (the padded
+  // lanes of the tail are masked out of the sum).
+  vf acc[kUnroll] = {};
+  i = 0;
+  for (; i + kUnroll * kLanes <= n; i += kUnroll * kLanes)
+    for (int u = 0; u < kUnroll; ++u) {
+      const vf e = exp_v(loadv(x + i + u * kLanes) - mx);
+      storev(x + i + u * kLanes, e);
+      acc[u] += e;
+    }
+  for (; i + kLanes <= n; i += kLanes) {
+    const vf e = exp_v(loadv(x + i) - mx);
+    storev(x + i, e);
+    acc[0] += e;
+  }
+  if (i < n) {
+    const vf e = exp_v(load_part(x + i, n - i) - mx);
+    store_part(x + i, e, n - i);
+    acc[1] += lane_index() < static_cast<int32_t>(n - i) ? e : vf{};
+  }
+  const float inv = 1.0f / hsum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  map1(x, x, n, [inv](vf v) { return v * inv; });
+}
+
+// RMSNorm: the sum of squares and the scaling in fp64 lanes (converted from the fp32 vectors),
+// so each output is one rounding of the fp64 result, like k3::ref::rmsnorm: these norms feed
+// every sublayer, and on random test models their fp32 rounding alone moved the logits by 1e-5.
+typedef double vd __attribute__((vector_size(8 * kLanes)));
+void rmsnorm(const float* x, const float* w, float eps, float* y, int64_t n) {
+  if (n <= 0) return;
+  vd acc0{}, acc1{};
+  int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    const vd a = __builtin_convertvector(loadv(x + i), vd), b = __builtin_convertvector(loadv(x + i + kLanes), vd);
+    acc0 += a * a;
+    acc1 += b * b;
+  }
+  for (; i < n; i += kLanes) {
+    const vd a = __builtin_convertvector(load_part(x + i, n - i < kLanes ? n - i : kLanes), vd);
+    acc0 += a * a;
+  }
+  const vd acc = acc0 + acc1;
+  double ss = 0.0;
+  for (int l = 0; l < kLanes; ++l) ss += acc[l];
+  const double inv = 1.0 / sqrt(ss / static_cast<double>(n) + static_cast<double>(eps));
+  for (i = 0; i < n; i += kLanes) {
+    const int64_t m = n - i < kLanes ? n - i : kLanes;
+    vd v = __builtin_convertvector(m == kLanes ? loadv(x + i) : load_part(x + i, m), vd) * inv;
+    if (w) v *= __builtin_convertvector(m == kLanes ? loadv(w + i) : load_part(w + i, m), vd);
+    const vf r = __builtin_convertvector(v, vf);
+    if (m == kLanes)
+      storev(y + i, r);
+    else
+      store_part(y + i, r, m);
+  }
+}
+void l2norm(const float* x, float eps, float s, float* y, int64_t n) {
+  if (n <= 0) return;
+  const float f = s / sqrtf(sum_sq(x, n) + eps);
+  map1(x, y, n, [f](vf v) { return v * f; });
+}
+
+// short_conv_silu. Every row of ext, taps and out is C floats apart; with C a multiple of 1024
+// (K3's widths) all of them alias in the L1 sets, and K taps rows + K ext rows + the out row
+// exceed the 8 ways. So the main path walks one 64-byte column strip at a time with the K <= 4
+// taps of the strip in registers, down all T tokens: K ext lines + 1 out line are live per set,
+// and each ext line is reused by the next K−1 tokens. Other K and the last C mod 16 columns take
+// the generic loop. Both sum in the order j = 0, 1, ..., K−1 starting from the j = 0 product.
+inline constexpr int64_t kStrip = 16;                 // floats per 64-byte strip
+inline constexpr int kStripV = static_cast<int>(kStrip) / kLanes;  // vectors per strip
+
+template <int K>
+inline void conv_strip(const float* ext, const float* taps, int64_t T, int64_t C, int64_t c,
+                       float* out) {
+  vf tp[K][kStripV];
+  for (int j = 0; j < K; ++j)
+    for (int v = 0; v < kStripV; ++v) tp[j][v] = loadv(taps + j * C + c + v * kLanes);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* e = ext + t * C + c;
+    for (int v = 0; v < kStripV; ++v) {
+      vf acc = tp[0][v] * loadv(e + v * kLanes);
+      for (int j = 1; j < K; ++j) acc += tp[j][v] * loadv(e + j * C + v * kLanes);
+      storev(out + t * C + c + v * kLanes, silu_v(acc));
+    }
+  }
+}
+
+// Generic path: out[t, c .. c+m) for m <= kLanes columns, any K.
+inline vf conv_col(const float* ext, const float* taps, int64_t t, int64_t C, int64_t K, int64_t c,
+                   int64_t m) {
+  if (m == kLanes) {
+    vf acc = loadv(taps + c) * loadv(ext + t * C + c);
+    for (int64_t j = 1; j < K; ++j) acc += loadv(taps + j * C + c) * loadv(ext + (t + j) * C + c);
+    return silu_v(acc);
+  }
+  vf acc = load_part(taps + c, m) * load_part(ext + t * C + c, m);
+  for (int64_t j = 1; j < K; ++j)
+    acc += load_part(taps + j * C + c, m) * load_part(ext + (t + j) * C + c, m);
+  return silu_v(acc);
+}
+
+void short_conv_silu(const float* ext, const float* taps, int64_t T, int64_t C, int64_t K,
+                     float* out) {
+  int64_t c0 = 0;
+  if (K >= 1 && K <= 4) {
+    for (; c0 + kStrip <= C; c0 += kStrip) {
+      switch (K) {
+        case 1: conv_strip<1>(ext, taps, T, C, c0, out); break;
+        case 2: conv_strip<2>(ext, taps, T, C, c0, out); break;
+        case 3: conv_strip<3>(ext, taps, T, C, c0, out); break;
+        default: conv_strip<4>(ext, taps, T, C, c0, out); break;
+      }
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t c = c0;
+    for (; c + kLanes <= C; c += kLanes) storev(out + t * C + c, conv_col(ext, taps, t, C, K, c, kLanes));
+    if (c < C) store_part(out + t * C + c, conv_col(ext, taps, t, C, K, c, C - c), C - c);
+  }
+}
+
+// a·b + c per lane, fused where the ISA has FMA (the build uses ISO C++, so GCC does not
+// contract a*b+c by itself).
+inline vf fmadd(vf a, vf b, vf c) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<vf>(_mm512_fmadd_ps(reinterpret_cast<__m512>(a), reinterpret_cast<__m512>(b),
+                                              reinterpret_cast<__m512>(c)));
+#elif defined(__FMA__)
+  return reinterpret_cast<vf>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b),
+                                              reinterpret_cast<__m256>(c)));
+#else
+  return a * b + c;
+#endif
+}
+
+// gemm_nn micro tile: rows [i0, i0+MR) x columns [j0, j0 + 2·kLanes) (nj <= 2·kLanes valid).
+template <int MR, bool kFull>
+inline void gemm_nn_tile(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                         int64_t ldc, int64_t nj, int64_t k, bool accumulate) {
+  vf acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = vf{};
+  const int64_t n0 = nj < kLanes ? nj : kLanes, n1 = nj - n0;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const float* br = b + kk * ldb;
+    const vf b0 = kFull ? loadv(br) : load_part(br, n0);
+    const vf b1 = kFull ? loadv(br + kLanes) : (n1 > 0 ? load_part(br + kLanes, n1) : vf{});
+    for (int r = 0; r < MR; ++r) {
+      const vf av = splat(a[r * lda + kk]);
+      acc[r][0] = fmadd(av, b0, acc[r][0]);
+      acc[r][1] = fmadd(av, b1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    float* cr = c + r * ldc;
+    if (kFull) {
+      storev(cr, accumulate ? loadv(cr) + acc[r][0] : acc[r][0]);
+      storev(cr + kLanes, accumulate ? loadv(cr + kLanes) + acc[r][1] : acc[r][1]);
+    } else {
+      store_part(cr, accumulate ? load_part(cr, n0) + acc[r][0] : acc[r][0], n0);
+      if (n1 > 0)
+        store_part(cr + kLanes, accumulate ? load_part(cr + kLanes, n1) + acc[r][1] : acc[r][1], n1);
+    }
+  }
+}
+
+void gemm_nn(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+             int64_t m, int64_t n, int64_t k, bool accumulate) {
+  constexpr int64_t NB = 2 * kLanes;
+  // Column blocks outside: the B panel [k, NB] stays in L1 while every row block passes.
+  for (int64_t j0 = 0; j0 < n; j0 += NB) {
+    const int64_t nj = n - j0 < NB ? n - j0 : NB;
+    const bool full = nj == NB;
+    int64_t i0 = 0;
+    for (; i0 + 4 <= m; i0 += 4) {
+      if (full)
+        gemm_nn_tile<4, true>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
+      else
+        gemm_nn_tile<4, false>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
+    }
+    for (; i0 < m; ++i0) {
+      if (full)
+        gemm_nn_tile<1, true>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
+      else
+        gemm_nn_tile<1, false>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
+    }
+  }
+}
+
+}  // namespace vecimpl
+
+// Puts this ISA's vec kernels into t (the caller sets every other member).
+inline void vec_fill_table(KernelTable& t) {
+  t.dot = vecimpl::dot;
+  t.sum_sq = vecimpl::sum_sq;
+  t.axpy = vecimpl::axpy;
+  t.scale = vecimpl::scale;
+  t.sigmoid = vecimpl::sigmoid;
+  t.silu = vecimpl::silu;
+  t.mul_sigmoid = vecimpl::mul_sigmoid;
+  t.exp = vecimpl::exp;
+  t.softmax = vecimpl::softmax;
+  t.rmsnorm = vecimpl::rmsnorm;
+  t.l2norm = vecimpl::l2norm;
+  t.short_conv_silu = vecimpl::short_conv_silu;
+  t.gemm_nn = vecimpl::gemm_nn;
+}
+
+}  // namespace
+}  // namespace k3
+
+#pragma GCC diagnostic pop
