@@ -5,6 +5,7 @@
 // Every per-row quantity is computed with a summation order that depends only on the row index
 // (never on the chunk length n), which is what makes causality and split invariance bitwise.
 #pragma once
+#include <immintrin.h>
 #include <math.h>
 
 #include <cstddef>
@@ -35,6 +36,16 @@ inline vf loadv(const float* p) {
   return r;
 }
 inline void storev(float* p, vf x) { __builtin_memcpy(p, &x, sizeof x); }
+// a·b + c per lane: one fused multiply-add in the AVX2 + FMA build (the build is ISO C++, so GCC
+// never contracts a*b+c on its own), multiply then add in the baseline build.
+inline vf fmadd(vf a, vf b, vf c) {
+#ifdef __FMA__
+  return reinterpret_cast<vf>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b),
+                                              reinterpret_cast<__m256>(c)));
+#else
+  return a * b + c;
+#endif
+}
 
 // Dot product with 32 fixed partial sums (four independent vector chains; deterministic).
 inline float dot(const float* __restrict a, const float* __restrict b, int n) {
@@ -43,7 +54,7 @@ inline float dot(const float* __restrict a, const float* __restrict b, int n) {
   for (int t = 0; t < kV; ++t) acc[t] = vf{};
   int d = 0;
   for (; d + 32 <= n; d += 32)
-    for (int t = 0; t < kV; ++t) acc[t] += loadv(a + d + kLanes * t) * loadv(b + d + kLanes * t);
+    for (int t = 0; t < kV; ++t) acc[t] = fmadd(loadv(a + d + kLanes * t), loadv(b + d + kLanes * t), acc[t]);
   for (int t = 1; t < kV; ++t) acc[0] += acc[t];
   float s = 0.0f;
   for (int l = 0; l < kLanes; ++l) s += acc[0][l];
@@ -63,7 +74,7 @@ inline void gemm_tile(int kd, const float* __restrict A, size_t lda, const float
     for (int t = 0; t < NV; ++t) b[t] = loadv(B + p * ldb + kLanes * t);
     for (int i = 0; i < MR; ++i) {
       const float a = A[i * lda + p];
-      for (int t = 0; t < NV; ++t) c[i][t] += a * b[t];
+      for (int t = 0; t < NV; ++t) c[i][t] = fmadd(vf{} + a, b[t], c[i][t]);
     }
   }
   for (int i = 0; i < MR; ++i)

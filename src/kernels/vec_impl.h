@@ -200,36 +200,78 @@ void softmax(float* x, int64_t n) {
   map1(x, x, n, [inv](vf v) { return v * inv; });
 }
 
-// RMSNorm: the sum of squares and the scaling in fp64 lanes (converted from the fp32 vectors),
-// so each output is one rounding of the fp64 result, like k3::ref::rmsnorm: these norms feed
-// every sublayer, and on random test models their fp32 rounding alone moved the logits by 1e-5.
-typedef double vd __attribute__((vector_size(8 * kLanes)));
+// RMSNorm: the sum of squares and the scaling in fp64 lanes (each fp32 vector converted as two
+// half-width fp64 vectors, which map to native registers), so each output is one rounding of the
+// fp64 result, like k3::ref::rmsnorm: these norms feed every sublayer, and on random test models
+// their fp32 rounding alone moved the logits by 1e-5 (vs 3e-6 this way).
+typedef double vd __attribute__((vector_size(4 * kLanes)));  // kLanes / 2 doubles
+inline vd lo_d(vf v) {
+#if defined(__AVX512F__)
+  return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), vd);
+#elif defined(__AVX__)
+  return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), vd);
+#else
+  return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1), vd);
+#endif
+}
+inline vd hi_d(vf v) {
+#if defined(__AVX512F__)
+  return __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), vd);
+#elif defined(__AVX__)
+  return __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), vd);
+#else
+  return __builtin_convertvector(__builtin_shufflevector(v, v, 2, 3), vd);
+#endif
+}
+inline vf join_f(vd lo, vd hi) {
+  typedef float vh __attribute__((vector_size(2 * kLanes)));
+  const vh l = __builtin_convertvector(lo, vh), h = __builtin_convertvector(hi, vh);
+#if defined(__AVX512F__)
+  return __builtin_shufflevector(l, h, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#elif defined(__AVX__)
+  return __builtin_shufflevector(l, h, 0, 1, 2, 3, 4, 5, 6, 7);
+#else
+  return __builtin_shufflevector(l, h, 0, 1, 2, 3);
+#endif
+}
+inline void rmsnorm_block(vf v, vf wv, double inv, bool has_w, vf* out) {
+  vd a = lo_d(v) * inv, b = hi_d(v) * inv;
+  if (has_w) {
+    a *= lo_d(wv);
+    b *= hi_d(wv);
+  }
+  *out = join_f(a, b);
+}
 void rmsnorm(const float* x, const float* w, float eps, float* y, int64_t n) {
   if (n <= 0) return;
-  vd acc0{}, acc1{};
+  vd acc0{}, acc1{}, acc2{}, acc3{};
   int64_t i = 0;
   for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
-    const vd a = __builtin_convertvector(loadv(x + i), vd), b = __builtin_convertvector(loadv(x + i + kLanes), vd);
+    const vf v = loadv(x + i), u = loadv(x + i + kLanes);
+    const vd a = lo_d(v), b = hi_d(v), c = lo_d(u), d = hi_d(u);
+    acc0 += a * a;
+    acc1 += b * b;
+    acc2 += c * c;
+    acc3 += d * d;
+  }
+  for (; i < n; i += kLanes) {  // at most two more (partial) vectors, zero-padded
+    const vf v = i + kLanes <= n ? loadv(x + i) : load_part(x + i, n - i);
+    const vd a = lo_d(v), b = hi_d(v);
     acc0 += a * a;
     acc1 += b * b;
   }
-  for (; i < n; i += kLanes) {
-    const vd a = __builtin_convertvector(load_part(x + i, n - i < kLanes ? n - i : kLanes), vd);
-    acc0 += a * a;
-  }
-  const vd acc = acc0 + acc1;
+  const vd acc = (acc0 + acc1) + (acc2 + acc3);
   double ss = 0.0;
-  for (int l = 0; l < kLanes; ++l) ss += acc[l];
+  for (int l = 0; l < kLanes / 2; ++l) ss += acc[l];
   const double inv = 1.0 / sqrt(ss / static_cast<double>(n) + static_cast<double>(eps));
-  for (i = 0; i < n; i += kLanes) {
-    const int64_t m = n - i < kLanes ? n - i : kLanes;
-    vd v = __builtin_convertvector(m == kLanes ? loadv(x + i) : load_part(x + i, m), vd) * inv;
-    if (w) v *= __builtin_convertvector(m == kLanes ? loadv(w + i) : load_part(w + i, m), vd);
-    const vf r = __builtin_convertvector(v, vf);
-    if (m == kLanes)
-      storev(y + i, r);
-    else
-      store_part(y + i, r, m);
+  vf r;
+  for (i = 0; i + kLanes <= n; i += kLanes) {
+    rmsnorm_block(loadv(x + i), w ? loadv(w + i) : vf{}, inv, w != nullptr, &r);
+    storev(y + i, r);
+  }
+  if (i < n) {
+    rmsnorm_block(load_part(x + i, n - i), w ? load_part(w + i, n - i) : vf{}, inv, w != nullptr, &r);
+    store_part(y + i, r, n - i);
   }
 }
 void l2norm(const float* x, float eps, float s, float* y, int64_t n) {

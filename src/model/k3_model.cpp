@@ -15,6 +15,7 @@
 #include "kernels/threads.h"
 #include "kernels/vec.h"
 #include "model/attn_res.h"
+#include "model/buffer.h"
 #include "model/dense_mlp.h"
 #include "model/dump.h"
 #include "model/kda.h"
@@ -85,14 +86,15 @@ namespace {
 
 /// RMSNorm of each of the T rows of x [T, D] with weight w [D]: the fp64 oracle, or (fast) the
 /// dispatched fp32 kernel with tokens split across threads.
-std::vector<float> rmsnorm_rows(const float* x, int64_t T, int64_t D, const std::vector<float>& w,
+FBuf rmsnorm_rows(const float* x, int64_t T, int64_t D, const std::vector<float>& w,
                                 float eps, bool fast) {
-  std::vector<float> y(static_cast<size_t>(T * D));
+  FBuf y(static_cast<size_t>(T * D));
   if (!fast) {
     for (int64_t t = 0; t < T; ++t) ref::rmsnorm(x + t * D, D, w.data(), eps, y.data() + t * D);
     return y;
   }
-  parallel_for(T, grain_for_work(1, 2 * D), [&](int64_t t0, int64_t t1) {
+  // (~16 operations per element: the sum and the scaling run in fp64 lanes)
+  parallel_for(T, grain_for_work(1, 16 * D), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) vec::rmsnorm(x + t * D, w.data(), eps, y.data() + t * D, D);
   });
   return y;
@@ -163,7 +165,7 @@ std::vector<float> Model::Impl::run(SequenceState::Impl& st, std::span<const int
     }
     if (L.spec.snapshot) stream.snapshot();  // bank.push(raw layer input); prefix = NONE
     if (dump) dump->add(name(il, "attn_in"), {T, D}, h.data());
-    std::vector<float> xn = rmsnorm_rows(h.data(), T, D, L.input_norm, eps, m.ex.fast);
+    FBuf xn = rmsnorm_rows(h.data(), T, D, L.input_norm, eps, m.ex.fast);
     LayerState& ls = st.layers[il];
     if (L.spec.attn == AttnKind::KDA)
       kda_forward(L.kda, m.kda, xn.data(), T, ls.kda, sub.data(), m.ex);
@@ -214,7 +216,7 @@ std::vector<float> Model::Impl::run(SequenceState::Impl& st, std::span<const int
   }
   const int64_t t0 = all_logits ? 0 : T - 1;
   const int64_t n_out = T - t0;
-  std::vector<float> xn = rmsnorm_rows(h.data() + t0 * D, n_out, D, m.w.final_norm, eps, m.ex.fast);
+  FBuf xn = rmsnorm_rows(h.data() + t0 * D, n_out, D, m.w.final_norm, eps, m.ex.fast);
   std::vector<float> logits(static_cast<size_t>(n_out * V));
   if (m.ex.fast)
     k3::matmul(*m.w.lm_head, xn.data(), n_out, logits.data());

@@ -14,6 +14,7 @@
 #include "kernels/ref/norms.h"
 #include "kernels/threads.h"
 #include "kernels/vec.h"
+#include "model/buffer.h"
 #include "model/router.h"
 
 namespace k3 {
@@ -46,7 +47,7 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
   const int64_t D = dm.D, E = dm.E, L = dm.L;
   const int k = dm.k;
   // 1–3. Router for every token: s = σ(W_gate x) [T, E], then per-token top-k.
-  std::vector<float> logits(static_cast<size_t>(T * E));
+  FBuf logits(static_cast<size_t>(T * E));
   k3::matmul(*w.router, x, T, logits.data());
   std::vector<int32_t> ids(static_cast<size_t>(T * k));
   std::vector<float> wts(static_cast<size_t>(T * k));
@@ -56,7 +57,7 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
                        dm.scaling, std::span<int32_t>(&ids[t * k], k),
                        std::span<float>(&wts[t * k], k));
   // 4. Latent down-projection for the whole block.
-  std::vector<float> z(static_cast<size_t>(T * L));
+  FBuf z(static_cast<size_t>(T * L));
   k3::matmul(*w.down, x, T, z.data());
   // 5–6. Group tokens by expert (ascending ids); the selected experts run in parallel, each on
   // its group's rows (written to its own slice of yall), then a serial scatter-add in expert
@@ -72,12 +73,13 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
       offset.push_back(rows);
       rows += static_cast<int64_t>(groups[e].size());
     }
-  std::vector<float> acc(static_cast<size_t>(T * L), 0.f), yall(static_cast<size_t>(rows * L));
+  std::vector<float> acc(static_cast<size_t>(T * L), 0.f);
+  FBuf yall(static_cast<size_t>(rows * L));
   const GluAct ga = to_glu_act(act);
   const int64_t n_active = static_cast<int64_t>(active.size());
   const int64_t work_per_expert = (rows / std::max<int64_t>(1, n_active) + 1) * 3 * L * dm.Im;
   parallel_for(n_active, grain_for_work(1, work_per_expert), [&](int64_t a0, int64_t a1) {
-    std::vector<float> zg;
+    FBuf zg;
     for (int64_t a = a0; a < a1; ++a) {
       const int64_t e = active[a];
       const auto& grp = groups[e];

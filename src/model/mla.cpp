@@ -13,6 +13,7 @@
 #include "kernels/ref/linear.h"
 #include "kernels/ref/norms.h"
 #include "kernels/vec.h"
+#include "model/buffer.h"
 
 namespace k3 {
 
@@ -92,9 +93,9 @@ void mla_attend_fast(const MlaWeights& w, const MlaDims& d, const float* q, int6
   const float scale = 1.0f / std::sqrt(static_cast<float>(dq));
   const uint8_t* kvb = w.kv_b->data;  // BF16 [H·(dn+dv), kvr]
   if (!absorbed) {
-    std::vector<float> c(static_cast<size_t>(n_all * kvr));
+    FBuf c(static_cast<size_t>(n_all * kvr));
     for (int64_t s = 0; s < n_all; ++s) std::memcpy(&c[s * kvr], crows + s * row, kvr * sizeof(float));
-    std::vector<float> kv(static_cast<size_t>(n_all * H * hw));  // [n_all, H, dn + dv]
+    FBuf kv(static_cast<size_t>(n_all * H * hw));  // [n_all, H, dn + dv]
     k3::matmul(*w.kv_b, c.data(), n_all, kv.data());
     // Per head: keys transposed to kt [dq, n_all] (k_nope from kv, k_rope from the cache); the
     // values are read in place (rows of kv, stride H·hw). Queries in blocks of kQb: scores
@@ -103,7 +104,7 @@ void mla_attend_fast(const MlaWeights& w, const MlaDims& d, const float* q, int6
     // (causal: about half of it).
     constexpr int64_t kQb = 32;
     parallel_for(H, grain_for_work(1, T * n_all * (dq + d.dv) / 2), [&](int64_t h0, int64_t h1) {
-      std::vector<float> kt(static_cast<size_t>(dq * n_all)), qs(static_cast<size_t>(kQb * dq)),
+      FBuf kt(static_cast<size_t>(dq * n_all)), qs(static_cast<size_t>(kQb * dq)),
           sc(static_cast<size_t>(kQb * n_all)), ob(static_cast<size_t>(kQb * d.dv));
       for (int64_t h = h0; h < h1; ++h) {
         for (int64_t s = 0; s < n_all; ++s) {
@@ -170,7 +171,7 @@ void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t 
   const int64_t n_past = cache.n_tokens(d);
 
   // Token-parallel projections.
-  std::vector<float> qa(T * d.q_rank), q(T * H * dq), ckv(T * row), gate(T * H * d.dv);
+  FBuf qa(T * d.q_rank), q(T * H * dq), ckv(T * row), gate(T * H * d.dv);
   auto mm = [&](const TensorView& wt, const float* in, float* y) {
     if (ex.fast)
       k3::matmul(wt, in, T, y);
@@ -178,10 +179,13 @@ void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t 
       ref::matmul(wt, in, T, y);
   };
   mm(*w.q_a, x, qa.data());
-  for (int64_t t = 0; t < T; ++t)
-    if (ex.fast)
-      vec::rmsnorm(&qa[t * d.q_rank], w.q_a_norm.data(), d.norm_eps, &qa[t * d.q_rank], d.q_rank);
-    else
+  if (ex.fast)
+    parallel_for(T, grain_for_work(1, 16 * d.q_rank), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        vec::rmsnorm(&qa[t * d.q_rank], w.q_a_norm.data(), d.norm_eps, &qa[t * d.q_rank], d.q_rank);
+    });
+  else
+    for (int64_t t = 0; t < T; ++t)
       ref::rmsnorm(&qa[t * d.q_rank], d.q_rank, w.q_a_norm.data(), d.norm_eps, &qa[t * d.q_rank]);
   mm(*w.q_b, qa.data(), q.data());
   mm(*w.kv_a, x, ckv.data());
@@ -202,7 +206,7 @@ void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t 
   const bool absorbed = mode == MlaMode::Absorbed || (mode == MlaMode::Auto && T == 1);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dq));  // NoPE: 1/sqrt(dn + dr), no mscale
 
-  std::vector<float> o(T * H * d.dv);
+  FBuf o(T * H * d.dv);
   if (ex.fast) {
     mla_attend_fast(w, d, q.data(), T, cache, n_past, absorbed, o.data());
     if (d.output_gate) vec::mul_sigmoid(gate.data(), o.data(), static_cast<int64_t>(o.size()));
