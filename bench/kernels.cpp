@@ -2,7 +2,7 @@
 // built-in streaming read probe (issue #6). A benchmark, not a test: prints a markdown table.
 //
 //   k3_bench_kernels [--reps N] [--threads 1,2] [--probe-mb 1024] [--isa scalar,avx2,avx512]
-//                    [--gemm-only]
+//                    [--gemm-only | --mxfp4-only]
 //
 // Shapes are K3's real widths: bf16 GEMV on a KDA q_proj [12288, 7168] (176 MB, decode),
 // bf16 GEMM with 64 tokens on [3072, 7168] (prefill chunk), MXFP4 matvec over 24 distinct expert
@@ -11,7 +11,9 @@
 // Then (AVX2 CPUs; --gemm-only runs just this) a single-thread prefill GEMM table: the AVX2 bf16
 // GEMM's "row-dot" kernel (the previous version, 4 rows x 3 tokens + horizontal sums) against its
 // "panel" kernel (packed [K][16] fp32 panel, broadcast X, 16 rows x 6 tokens) and the dispatched
-// k3::avx2::gemm_bf16, on K3-mini shapes and one K3 shape; interleaved samples, medians.
+// k3::avx2::gemm_bf16, on K3-mini shapes and one K3 shape; interleaved samples, medians. Then the
+// AVX2 MXFP4 Q8 GEMM: the previous row-wise kernel against the dispatched 8-row-tile kernel on
+// K3-mini and K3 expert shapes (--mxfp4-only runs just this table).
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -37,6 +39,12 @@ void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x,
                       int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 void gemm_bf16_panel(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
                      int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+// src/kernels/avx2/mxfp4.cpp: the dispatched Q8 kernel (8-row tiles) and the previous row-wise one
+// (contract as KernelTable::gemm_mxfp4_q8).
+void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
+                   const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
+                           const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 }  // namespace k3::avx2
 
 namespace {
@@ -158,6 +166,72 @@ void gemm_paths_table(int reps) {
   }
 }
 
+using Mxfp4Q8Fn = void (*)(const uint8_t*, const uint8_t*, int64_t, const int8_t*, const float*, int64_t,
+                          float*, int64_t, int64_t, int64_t);
+
+// Single-thread GOP/s (2·rows·K·T) of the AVX2 MXFP4 Q8 GEMM: the previous row-wise kernel against
+// the dispatched 8-row-tile kernel, on K3-mini expert shapes and K3 expert shapes; same sampling
+// as gemm_paths_table.
+void mxfp4_paths_table(int reps) {
+  struct Shape {
+    int64_t rows, k, t;
+    const char* what;
+  };
+  const Shape shapes[] = {
+      {64, 64, 1, "mini expert"},     {64, 64, 16, "mini expert"},    {64, 64, 64, "mini expert"},
+      {64, 64, 128, "mini expert"},   {3072, 3584, 1, "K3 w1/w3"},    {3072, 3584, 2, "K3 w1/w3"},
+      {3072, 3584, 3, "K3 w1/w3"},    {3072, 3584, 4, "K3 w1/w3"},    {3072, 3584, 6, "K3 w1/w3"},
+      {3072, 3584, 16, "K3 w1/w3"},   {3072, 3584, 64, "K3 w1/w3"},   {3584, 3072, 16, "K3 w2"},
+      {3584, 3072, 64, "K3 w2"},
+  };
+  const Mxfp4Q8Fn paths[] = {k3::avx2::gemm_mxfp4_q8_rowwise, k3::avx2::gemm_mxfp4_q8};
+  constexpr int kPaths = 2;
+  std::printf("\nAVX2 MXFP4 Q8 GEMM, 1 thread, median of %d samples (GOP/s)\n\n", reps);
+  std::printf("| shape [rows,K] | T | what | rowwise (previous) | row tiles (dispatched) | new/old |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  const k3::KernelTable& kt = k3::kernels_for(k3::Isa::Avx2);
+  std::mt19937 g(9);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (const Shape& s : shapes) {
+    const int64_t nb = s.k / 32;
+    std::vector<uint8_t> packed(s.rows * s.k / 2), scale(s.rows * nb);
+    fill_u8(packed, 4, 0, 256);
+    fill_u8(scale, 5, 120, 8);
+    std::vector<float> x(s.t * s.k), qs(s.t * nb), y(s.t * s.rows);
+    std::vector<int8_t> q(s.t * s.k);
+    for (auto& v : x) v = dist(g);
+    for (int64_t j = 0; j < s.t; ++j) kt.quantize_q8(x.data() + j * s.k, s.k, q.data() + j * s.k, qs.data() + j * nb);
+    const double ops = 2.0 * s.rows * s.k * s.t;
+    auto call = [&](Mxfp4Q8Fn fn) {
+      fn(packed.data(), scale.data(), s.k, q.data(), qs.data(), s.t, y.data(), s.rows, 0, s.rows);
+    };
+    int64_t iters = 1;
+    for (Mxfp4Q8Fn fn : paths) {
+      call(fn);
+      const auto t0 = std::chrono::steady_clock::now();
+      call(fn);
+      const double one = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      iters = std::max<int64_t>(iters, static_cast<int64_t>(2e-3 / std::max(one, 1e-9)) + 1);
+    }
+    std::vector<double> samples[kPaths];
+    for (int r = 0; r < reps; ++r)
+      for (int i = 0; i < kPaths; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t it = 0; it < iters; ++it) call(paths[i]);
+        samples[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+      }
+    double gops[kPaths];
+    for (int i = 0; i < kPaths; ++i) {
+      std::sort(samples[i].begin(), samples[i].end());
+      gops[i] = ops / samples[i][samples[i].size() / 2] / 1e9;
+    }
+    std::printf("| [%lld,%lld] | %lld | %s | %.1f | %.1f | %.2fx |\n", static_cast<long long>(s.rows),
+                static_cast<long long>(s.k), static_cast<long long>(s.t), s.what, gops[0], gops[1],
+                gops[1] / gops[0]);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -165,7 +239,7 @@ int main(int argc, char** argv) try {
   std::vector<int> threads{1, std::max(1, k3::num_threads())};
   uint64_t probe_mb = 1024;
   std::vector<k3::Isa> isas = k3::supported_isas();
-  bool gemm_only = false;
+  bool gemm_only = false, mxfp4_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -181,6 +255,7 @@ int main(int argc, char** argv) try {
       isas.clear();
       for (auto& s : split(next())) isas.push_back(k3::isa_from_name(s));
     } else if (a == "--gemm-only") gemm_only = true;
+    else if (a == "--mxfp4-only") gemm_only = mxfp4_only = true;
     else throw k3::Error("unknown option " + a + " (see the comment at the top of bench/kernels.cpp)");
   }
   threads.erase(std::unique(threads.begin(), threads.end()), threads.end());
@@ -188,7 +263,8 @@ int main(int argc, char** argv) try {
   if (gemm_only) {
     if (!avx2) throw k3::Error("--gemm-only needs an AVX2 CPU");
     k3::set_num_threads(1);
-    gemm_paths_table(reps);
+    if (!mxfp4_only) gemm_paths_table(reps);
+    mxfp4_paths_table(reps);
     return 0;
   }
 
@@ -276,6 +352,7 @@ int main(int argc, char** argv) try {
   if (avx2) {
     k3::set_num_threads(1);
     gemm_paths_table(reps);
+    mxfp4_paths_table(reps);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -203,7 +203,12 @@ void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t 
   }
   const int64_t n_all = n_past + T;
   const float* crows = cache.rows.data();
-  const bool absorbed = mode == MlaMode::Absorbed || (mode == MlaMode::Auto && T == 1);
+  // Auto: Absorbed for decode, and for prefill once the Expanded form's per-call k_nope/v
+  // materialization ([n_all, H, dn + dv] fp32, re-done for every prefill chunk) would pass
+  // kMaxExpandedBytes — at K3's widths that is 64 KiB per cached token (6.5 GB at 100k tokens).
+  constexpr int64_t kMaxExpandedBytes = int64_t{256} << 20;
+  const bool too_big = n_all * H * (d.dn + d.dv) * int64_t{4} > kMaxExpandedBytes;
+  const bool absorbed = mode == MlaMode::Absorbed || (mode == MlaMode::Auto && (T == 1 || too_big));
   const float scale = 1.0f / std::sqrt(static_cast<float>(dq));  // NoPE: 1/sqrt(dn + dr), no mscale
 
   FBuf o(T * H * d.dv);

@@ -36,7 +36,8 @@ struct MlaCache {
 
 /// How attention over the cache is evaluated; both are exact forms of the same math.
 enum class MlaMode {
-  Auto,      ///< Absorbed for a single token (decode), Expanded for several (prefill)
+  Auto,      ///< Absorbed for a single token (decode), Expanded for several (prefill) unless
+             ///< materializing k_nope/v for the whole cache would exceed 256 MiB (long contexts)
   Expanded,  ///< materialize k_nope, v per head for every cached position
   Absorbed,  ///< q_abs = W_kbᵀ q_nope; scores and context in latent space; o = W_vb ctx (spec §3.3)
 };

@@ -2,6 +2,7 @@
 // that decodes the packed bytes element by element (algorithms.md §5.1, §5.3, §5.4).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <limits>
 
 #include "core/error.h"
@@ -139,6 +140,142 @@ TEST(Mxfp4, IntegerPathEveryIsa) {
           ASSERT_LE(std::fabs(yv - i_ref), bound * 1.001 + Tol::kMxfp4Q8Int * mag[j * m.rows + r] + 1e-30)
               << kt.isa_name << " rows=" << m.rows << " cols=" << m.cols << " T=" << t;
         }
+    }
+  }
+}
+
+// Q8 activations of t random tokens with the given ISA's quantizer.
+void quantize_tokens(const k3::KernelTable& kt, const std::vector<float>& x, int64_t t, int64_t cols,
+                     std::vector<int8_t>& q, std::vector<float>& qs) {
+  const int64_t nb = cols / 32;
+  q.assign(t * cols, 0);
+  qs.assign(t * nb, 0.f);
+  for (int64_t j = 0; j < t; ++j)
+    kt.quantize_q8(x.data() + j * cols, cols, q.data() + j * cols, qs.data() + j * nb);
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// The AVX2 integer kernel (8-row tiles; T <= 4 decode in registers, larger T through a tile
+// buffer) computes every output as the scalar kernel does: Σ over blocks in order of
+// float(exact block dot)·(2^(e-128)·s_a), product and sum rounded to fp32. So it is bit-identical
+// to the scalar ISA, for every T, every row count (tails of the 8-row tile) and every r0/r1 split,
+// and a token's outputs do not depend on the batch it is in. Other ISAs: fp64-oracle tolerances
+// and split / batch independence.
+TEST(Mxfp4, IntegerPathTokenBatchesTailsAndSplits) {
+  std::mt19937 g(8);
+  const k3::KernelTable& scalar = k3::kernels_for(k3::Isa::Scalar);
+  const int64_t kTs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 31, 32, 33, 64, 129};
+  struct Case {
+    int64_t rows, cols;
+  };
+  const Case cases[] = {{19, 32}, {21, 64}, {13, 96}, {11, 3584}, {64, 64}};
+  for (const Case& c : cases) {
+    Mx m = rand_mx(g, c.rows, c.cols);
+    const int64_t nb = c.cols / 32;
+    for (int64_t t : kTs) {
+      if (c.cols == 3584 && t > 33 && t != 129) continue;  // keep the fp64 oracle cheap
+      auto x = rand_f32(g, t * c.cols);
+      std::vector<int8_t> q;
+      std::vector<float> qs;
+      quantize_tokens(scalar, x, t, c.cols, q, qs);
+      std::vector<float> ys(t * c.rows);
+      scalar.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data(), qs.data(), t, ys.data(), c.rows,
+                           0, c.rows);
+      for (k3::Isa isa : isas_under_test()) {
+        const k3::KernelTable& kt = k3::kernels_for(isa);
+        const std::string what = std::string(kt.isa_name) + " rows=" + std::to_string(c.rows) +
+                                 " cols=" + std::to_string(c.cols) + " T=" + std::to_string(t);
+        std::vector<float> y(t * c.rows, -999.f);
+        kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data(), qs.data(), t, y.data(), c.rows, 0,
+                         c.rows);
+        // vs fp64 of the quantized activations (only the fp32 scale/accumulation rounding)
+        for (int64_t j = 0; j < t; ++j)
+          for (int64_t r = 0; r < c.rows; ++r) {
+            double yq = 0, magq = 0;
+            for (int64_t col = 0; col < c.cols; ++col) {
+              const int64_t b = col / 32, i = col % 32, p = (i % 2 == 0) ? i / 2 : 16 + i / 2;
+              const double a = static_cast<double>(qs[j * nb + b]) * q[j * c.cols + 32 * b + p];
+              yq += m.w(r, col) * a;
+              magq += std::fabs(m.w(r, col) * a);
+            }
+            ASSERT_LE(std::fabs(y[j * c.rows + r] - yq), Tol::kMxfp4Q8Int * magq + 1e-30)
+                << what << " token " << j << " row " << r;
+          }
+        if (isa == k3::Isa::Avx2) {
+          for (size_t i = 0; i < y.size(); ++i)
+            ASSERT_TRUE(same_bits(y[i], ys[i])) << what << " i=" << i << ": " << y[i] << " vs scalar " << ys[i];
+        }
+        // any r0/r1 split: bit-identical rows inside, rows outside untouched
+        for (int64_t r0 : {int64_t(0), int64_t(1), int64_t(5), c.rows / 2, c.rows - 1}) {
+          for (int64_t r1 : {r0 + 1, r0 + 3, r0 + 9, c.rows}) {
+            if (r1 > c.rows || r1 <= r0) continue;
+            std::vector<float> yp(t * c.rows, -777.f);
+            kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data(), qs.data(), t, yp.data(), c.rows,
+                             r0, r1);
+            for (int64_t j = 0; j < t; ++j)
+              for (int64_t r = 0; r < c.rows; ++r) {
+                const float v = yp[j * c.rows + r];
+                if (r < r0 || r >= r1) {
+                  ASSERT_EQ(v, -777.f) << what << " wrote row " << r << " outside [" << r0 << ", " << r1 << ")";
+                } else {
+                  ASSERT_TRUE(same_bits(v, y[j * c.rows + r])) << what << " split [" << r0 << ", " << r1 << ") row " << r;
+                }
+              }
+          }
+        }
+        // a token's outputs do not depend on the batch: T = 1 calls and a sub-batch give the same bits
+        if (isa == k3::Isa::Avx2 || isa == k3::Isa::Scalar) {
+          std::vector<float> y1(c.rows);
+          for (int64_t j = 0; j < t; ++j) {
+            kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data() + j * c.cols, qs.data() + j * nb, 1,
+                             y1.data(), c.rows, 0, c.rows);
+            for (int64_t r = 0; r < c.rows; ++r)
+              ASSERT_TRUE(same_bits(y1[r], y[j * c.rows + r])) << what << " token " << j << " alone, row " << r;
+          }
+          if (t > 2) {
+            const int64_t j0 = 1, tn = t - 2;  // tokens [1, t-1) as their own batch
+            std::vector<float> ysub(tn * c.rows);
+            kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data() + j0 * c.cols, qs.data() + j0 * nb,
+                             tn, ysub.data(), c.rows, 0, c.rows);
+            for (int64_t i = 0; i < tn * c.rows; ++i)
+              ASSERT_TRUE(same_bits(ysub[i], y[j0 * c.rows + i])) << what << " sub-batch i=" << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A 0xFF scale byte makes that row's outputs NaN for every token, and a non-finite activation
+// block (s = NaN) that token's outputs NaN, whichever path (T <= 4 or the tile buffer) and
+// wherever the row sits in its 8-row tile; all other outputs stay finite.
+TEST(Mxfp4, IntegerPathNanScaleEveryT) {
+  std::mt19937 g(9);
+  for (int64_t cols : {int64_t(32), int64_t(96), int64_t(3584)}) {
+    const int64_t rows = 19, nb = cols / 32;
+    Mx m = rand_mx(g, rows, cols);
+    m.scale[13 * nb + nb - 1] = 0xFF;  // row 13 (lane 5 of the second tile), last block
+    for (int64_t t : {int64_t(1), int64_t(2), int64_t(4), int64_t(5), int64_t(33)}) {
+      auto x = rand_f32(g, t * cols);
+      if (t >= 2) x[1 * cols + 7] = std::numeric_limits<float>::quiet_NaN();  // token 1 poisoned
+      for (k3::Isa isa : isas_under_test()) {
+        const k3::KernelTable& kt = k3::kernels_for(isa);
+        std::vector<int8_t> q;
+        std::vector<float> qs;
+        quantize_tokens(kt, x, t, cols, q, qs);
+        std::vector<float> y(t * rows, -999.f);
+        kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), cols, q.data(), qs.data(), t, y.data(), rows, 0, rows);
+        for (int64_t j = 0; j < t; ++j)
+          for (int64_t r = 0; r < rows; ++r) {
+            const bool nan = r == 13 || (t >= 2 && j == 1);
+            EXPECT_EQ(std::isnan(y[j * rows + r]), nan)
+                << kt.isa_name << " cols=" << cols << " T=" << t << " token " << j << " row " << r;
+            if (!nan) {
+              EXPECT_TRUE(std::isfinite(y[j * rows + r]));
+            }
+          }
+      }
     }
   }
 }
