@@ -15,6 +15,7 @@ namespace k3 {
 namespace {
 
 constexpr int64_t kRowGrain = 16;  // rows per scheduling unit (multiple of the 4-row block)
+constexpr int64_t kTokenGrain = 16;  // tokens per scheduling unit when a GEMM splits tokens
 
 std::string nm(std::string_view name) { return std::string(name); }
 
@@ -70,6 +71,16 @@ void matmul_bf16_raw(const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw,
   if (w == nullptr || (x == nullptr && cols > 0) || y == nullptr)
     throw Error("bf16 weight '" + nm(name) + "': null pointer");
   const KernelTable& kt = kernels();
+  // Few rows (a router, a small projection) but many tokens: split the tokens instead, so both
+  // threads work. Outputs are the same bits either way (each output's order over K depends on
+  // neither the row range nor the token count; tests/kernels/gemm_bf16_test.cpp).
+  const int64_t row_units = (rows + kRowGrain - 1) / kRowGrain;
+  if (row_units < 2 * num_threads() && n_tokens >= 2 * kTokenGrain) {
+    parallel_for(n_tokens, grain_for_work(kTokenGrain, rows * cols), [&](int64_t t0, int64_t t1) {
+      kt.gemm_bf16(w, ldw, cols, x + t0 * cols, cols, t1 - t0, y + t0 * rows, rows, 0, rows);
+    });
+    return;
+  }
   parallel_for(rows, grain_for_work(kRowGrain, cols * n_tokens), [&](int64_t r0, int64_t r1) {
     kt.gemm_bf16(w, ldw, cols, x, cols, n_tokens, y, rows, r0, r1);
   });
