@@ -36,8 +36,8 @@ inline vf loadv(const float* p) {
   return r;
 }
 inline void storev(float* p, vf x) { __builtin_memcpy(p, &x, sizeof x); }
-// a·b + c per lane: one fused multiply-add in the AVX2 + FMA build (the build is ISO C++, so GCC
-// never contracts a*b+c on its own), multiply then add in the baseline build.
+// a·b + c per lane: one fused multiply-add in the AVX2 + FMA build (explicit, rather than relying
+// on GCC's -ffp-contract=fast default for C++), multiply then add in the baseline build.
 inline vf fmadd(vf a, vf b, vf c) {
 #ifdef __FMA__
   return reinterpret_cast<vf>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b),

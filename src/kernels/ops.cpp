@@ -72,11 +72,16 @@ void matmul_bf16_raw(const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw,
     throw Error("bf16 weight '" + nm(name) + "': null pointer");
   const KernelTable& kt = kernels();
   // Few rows (a router, a small projection) but many tokens: split the tokens instead, so both
-  // threads work. Outputs are the same bits either way (each output's order over K depends on
-  // neither the row range nor the token count; tests/kernels/gemm_bf16_test.cpp).
+  // threads work. Outputs are the same bits either way: every call gets >= kTokenGrain tokens,
+  // and for T >= 4 each output's order over K depends on neither the row range nor the token
+  // count (tests/kernels/gemm_bf16_test.cpp, ops_split_test.cpp).
   const int64_t row_units = (rows + kRowGrain - 1) / kRowGrain;
   if (row_units < 2 * num_threads() && n_tokens >= 2 * kTokenGrain) {
-    parallel_for(n_tokens, grain_for_work(kTokenGrain, rows * cols), [&](int64_t t0, int64_t t1) {
+    // Units of kTokenGrain tokens, the remainder folded into the last unit: no call gets fewer
+    // than kTokenGrain tokens (kernels may pick another path for very few tokens, e.g. T == 1).
+    const int64_t units = n_tokens / kTokenGrain;
+    parallel_for(units, grain_for_work(1, kTokenGrain * rows * cols), [&](int64_t u0, int64_t u1) {
+      const int64_t t0 = u0 * kTokenGrain, t1 = u1 == units ? n_tokens : u1 * kTokenGrain;
       kt.gemm_bf16(w, ldw, cols, x + t0 * cols, cols, t1 - t0, y + t0 * rows, rows, 0, rows);
     });
     return;
@@ -189,16 +194,13 @@ void mxfp4_glu_ffn(const Mxfp4Matrix& w1, const Mxfp4Matrix& w3, const Mxfp4Matr
     quantize_q8(z, n_tokens, w1.cols, zq);
     mxfp4_q8_unscanned(w1, zq, g.data(), n1);
     mxfp4_q8_unscanned(w3, zq, u.data(), n3);
+    // Scan g and u here, not only y: a NaN must not be hidden by the activation's clamping.
+    if (!all_finite(g.data(), n_tokens * w1.rows)) scan_nan_scales(w1, n1);
+    if (!all_finite(u.data(), n_tokens * w3.rows)) scan_nan_scales(w3, n3);
     glu_activation(g.data(), u.data(), g.data(), static_cast<int64_t>(g.size()), act);
     quantize_q8(g.data(), n_tokens, w2.cols, hq);
     mxfp4_q8_unscanned(w2, hq, y, n2);
-    // A 0xFF (NaN) scale byte in any of the three matrices makes outputs NaN (quantize_q8 maps a
-    // non-finite block to s = NaN), so one scan of y finds it; then name the matrix and block.
-    if (!all_finite(y, n_tokens * w2.rows)) {
-      scan_nan_scales(w1, n1);
-      scan_nan_scales(w3, n3);
-      scan_nan_scales(w2, n2);
-    }
+    if (!all_finite(y, n_tokens * w2.rows)) scan_nan_scales(w2, n2);
     return;
   }
   matmul_mxfp4(w1, z, n_tokens, g.data(), path, n1);

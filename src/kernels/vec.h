@@ -8,7 +8,7 @@
 // with the fp64 oracles of kernels/ref (norms.h, activations.h) at the tolerances stated there.
 // Accumulation is fp32 (the order of the partial sums is ISA-dependent); exp is the Cephes
 // polynomial (relative error <= 1.4·2^-24 measured on [ln FLT_MIN, ln FLT_MAX]; σ <= 3.4·2^-24,
-// SiLU <= 4·2^-24). Below ln FLT_MIN (−87.34) exp gives exactly 0 (no subnormal results, so
+// SiLU <= 4·2^-24). At or below ln FLT_MIN (−87.34) exp gives exactly 0 (no subnormal results, so
 // exp(−inf) = 0), above ln FLT_MAX (88.72) +inf; NaN inputs propagate.
 //
 // Shapes: every pointer is a contiguous fp32 vector [n] unless stated. "may alias" means the

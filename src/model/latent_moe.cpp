@@ -78,7 +78,11 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
   const GluAct ga = to_glu_act(act);
   const int64_t n_active = static_cast<int64_t>(active.size());
   const int64_t work_per_expert = (rows / std::max<int64_t>(1, n_active) + 1) * 3 * L * dm.Im;
-  parallel_for(n_active, grain_for_work(1, work_per_expert), [&](int64_t a0, int64_t a1) {
+  // Across experts only when there are enough of them to keep every thread busy; otherwise
+  // (decode with fewer selected experts than threads) each expert's GEMMs split rows instead.
+  const int64_t expert_grain =
+      n_active >= 2 * num_threads() ? grain_for_work(1, work_per_expert) : n_active;
+  parallel_for(n_active, expert_grain, [&](int64_t a0, int64_t a1) {
     FBuf zg;
     for (int64_t a = a0; a < a1; ++a) {
       const int64_t e = active[a];

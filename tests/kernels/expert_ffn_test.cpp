@@ -56,6 +56,36 @@ TEST(ExpertFfn, MatchesComposedOracleBothPaths) {
   EXPECT_THROW(k3::mxfp4_glu_ffn(w1.m(), w3.m(), w1.m(), z.data(), T, k3::GluAct{}, y.data()), k3::Error);
 }
 
+// An E8M0 scale byte 0xFF (NaN) in any of w1, w3, w2 is reported naming that matrix, on both
+// paths and for SiTU with and without the up-branch clamp (the activation must not hide a NaN).
+TEST(ExpertFfn, NanScaleInAnyMatrixIsReported) {
+  std::mt19937 g(11);
+  const int64_t L = 64, I = 64;
+  for (int which = 0; which < 3; ++which)
+    for (k3::Mxfp4Path path : {k3::Mxfp4Path::Int8, k3::Mxfp4Path::ExactF32})
+      for (float b2 : {25.f, 0.f})
+        for (int64_t T : {1, 5}) {
+          Mat w1{I, L, rand_u8(g, I * L / 2), rand_u8(g, I * L / 32, 124, 128)};
+          Mat w3{I, L, rand_u8(g, I * L / 2), rand_u8(g, I * L / 32, 124, 128)};
+          Mat w2{L, I, rand_u8(g, L * I / 2), rand_u8(g, L * I / 32, 124, 128)};
+          Mat* m[3] = {&w1, &w3, &w2};
+          m[which]->scale[3] = 0xFF;  // row 1 (2 blocks per row), block 1
+          const auto z = rand_f32(g, T * L);
+          std::vector<float> y(T * L);
+          k3::GluAct act;
+          act.linear_beta = b2;
+          const char* names[3] = {"e w1", "e w3", "e w2"};
+          try {
+            k3::mxfp4_glu_ffn(w1.m(), w3.m(), w2.m(), z.data(), T, act, y.data(), path, "e");
+            ADD_FAILURE() << "no error for a NaN scale in " << names[which] << " T=" << T << " b2=" << b2;
+          } catch (const k3::Error& e) {
+            EXPECT_NE(std::string(e.what()).find(std::string("'") + names[which] + "'"), std::string::npos)
+                << e.what();
+            EXPECT_NE(std::string(e.what()).find("row 1, block 1"), std::string::npos) << e.what();
+          }
+        }
+}
+
 TEST(ExpertFfn, SwigluActivation) {
   std::vector<float> g{-3.f, 0.5f, 20.f, -100.f}, u{2.f, -1.f, 0.5f, 3.f}, out(4);
   k3::GluAct a;

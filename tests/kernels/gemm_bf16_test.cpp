@@ -70,7 +70,7 @@ TEST(GemmBf16, EveryIsaMatchesOracleOnAwkwardShapes) {
 }
 
 // The prefill paths (AVX2: 16-row packed panels x 6-token blocks from T >= 4, or T >= 16 when
-// K > 1024; K blocks of 256): T around the thresholds and not a multiple of the token block,
+// K > 1024; K blocks of 1024): T around the thresholds and not a multiple of the token block,
 // rows not a multiple of 16 split at arbitrary r0/r1, K around 8 and the K block, ldw > K.
 // Rows outside [r0, r1) must stay untouched, and a row's result must not depend on the split.
 // AVX2: for T > 1 the panel path reproduces the row-dot kernel bit for bit.

@@ -50,7 +50,7 @@ void micro(const uint16_t* w, int64_t ldw, const float* x, int64_t ldx, int64_t 
     for (int n = 0; n < N; ++n) {
       float s = hsum(acc[r][n]);
       // explicit FMA (what -ffp-contract=fast made of `s += w·x`): the panel path mirrors it
-      for (int64_t j = i; j < kn; ++j) s = std::fma(bf16_scalar(w + r * ldw + j), x[n * ldx + j], s);
+      for (int64_t j = i; j < kn; ++j) s = __builtin_fmaf(bf16_scalar(w + r * ldw + j), x[n * ldx + j], s);
       float* d = y + n * ldy + r;
       *d = accumulate ? *d + s : s;
     }

@@ -8,9 +8,7 @@
 // gemm_mxfp4_q8 (the kernel-table entry) instead works on 8-row tiles with the rows in the fp32
 // lanes (see "Row-tile Q8 GEMM" below); the per-row kernel above remains as
 // gemm_mxfp4_q8_rowwise for the benchmark.
-#include <algorithm>
-#include <array>
-#include <vector>
+#include <stdlib.h>
 
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/avx2/avx2_util.h"
@@ -119,13 +117,18 @@ void row_f32_n(const uint8_t* pr, const uint8_t* sr, int64_t nb, const float* x,
 // and of r0/r1.
 // Bounds: pair sum <= 2·24·128 = 6144, after vphaddw 12288, after vpmaddwd 24576 (packs exact).
 
-constexpr std::array<uint32_t, 256> make_e8m0_half_bits() {
-  std::array<uint32_t, 256> t{};
+// (a plain struct, not std::array: this TU must not instantiate library templates, kernel_table.h)
+struct E8m0HalfBits {
+  uint32_t v[256];
+};
+constexpr E8m0HalfBits make_e8m0_half_bits() {
+  E8m0HalfBits t{};
   for (uint32_t e = 0; e < 256; ++e)
-    t[e] = e == 255 ? 0x7fc00000u : (e >= 2 ? (e - 1) << 23 : (0x00200000u << e));
+    t.v[e] = e == 255 ? 0x7fc00000u : (e >= 2 ? (e - 1) << 23 : (0x00200000u << e));
   return t;
 }
-constexpr std::array<uint32_t, 256> kE8m0HalfBits = make_e8m0_half_bits();
+constexpr E8m0HalfBits kE8m0Half = make_e8m0_half_bits();
+constexpr const uint32_t* kE8m0HalfBits = kE8m0Half.v;
 
 inline __m256i t2u_table() {
   return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15,
@@ -136,6 +139,27 @@ constexpr int kTileRows = 8;
 constexpr int64_t kChunkBlocks = 64;  // decoded tile = 64·8·32 B = 16 KiB (stays in L1)
 alignas(32) thread_local uint8_t g_dec[kChunkBlocks * kTileRows * 32];
 alignas(32) thread_local uint32_t g_ws[kChunkBlocks * kTileRows];
+
+// Per-thread growable scratch without library templates (kernel_table.h: ISA TUs must not
+// instantiate std:: templates, whose out-of-line copies the linker could pick for other ISAs).
+struct Scratch {
+  void* p = nullptr;
+  size_t bytes = 0;
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { free(p); }
+  void* get(size_t n) {
+    if (n > bytes) {
+      void* q = realloc(p, n);
+      if (q == nullptr) abort();  // a few KiB per thread; out of memory here is not recoverable
+      p = q;
+      bytes = n;
+    }
+    return p;
+  }
+};
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // Decode blocks [b0, b0 + n) of the tile's rows (row index per lane) into g_dec / g_ws.
 inline void decode_tile(const uint8_t* packed, const uint8_t* scale, int64_t k, const int64_t* rows,
@@ -214,17 +238,16 @@ template <int N>
 void gemm_q8_direct(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
                     const float* qs, float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = k / 32;
-  thread_local std::vector<int32_t> off;
-  thread_local std::vector<uint32_t> ws;
-  off.resize(static_cast<size_t>(N * nb));
-  ws.resize(static_cast<size_t>(nb * kTileRows));
-  block_offsets(q, N * nb, off.data());
+  thread_local Scratch off_s, ws_s;
+  int32_t* off = static_cast<int32_t*>(off_s.get(static_cast<size_t>(N * nb + 1) * 4));
+  uint32_t* ws = static_cast<uint32_t*>(ws_s.get(static_cast<size_t>(nb * kTileRows + 1) * 4));
+  block_offsets(q, N * nb, off);
   const __m256i tab = t2u_table(), ones16 = _mm256_set1_epi16(1);
   for (int64_t r = r0; r < r1; r += kTileRows) {
-    const int64_t nr = std::min<int64_t>(kTileRows, r1 - r);
+    const int64_t nr = min64(kTileRows, r1 - r);
     const uint8_t* pr[kTileRows];
     for (int l = 0; l < kTileRows; ++l) {
-      const int64_t row = r + std::min<int64_t>(l, nr - 1);
+      const int64_t row = r + min64(l, nr - 1);
       pr[l] = packed + row * (k / 2);
       const uint8_t* sr = scale + row * nb;
       for (int64_t b = 0; b < nb; ++b) ws[kTileRows * b + l] = kE8m0HalfBits[sr[b]];
@@ -234,7 +257,7 @@ void gemm_q8_direct(const uint8_t* packed, const uint8_t* scale, int64_t k, cons
     for (int64_t b = 0; b < nb; ++b) {
       __m256i u[kTileRows];
       for (int l = 0; l < kTileRows; ++l) u[l] = _mm256_shuffle_epi8(tab, nibbles(pr[l] + 16 * b));
-      const __m256 w = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws.data() + kTileRows * b)));
+      const __m256 w = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + kTileRows * b)));
       for (int j = 0; j < N; ++j) {
         const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + j * k + 32 * b));
         const __m256i dot = _mm256_sub_epi32(
@@ -250,32 +273,36 @@ void gemm_q8_direct(const uint8_t* packed, const uint8_t* scale, int64_t k, cons
 void gemm_q8_tiles(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
                    const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = k / 32;
-  thread_local std::vector<int32_t> off;
-  thread_local std::vector<float> accbuf;
-  off.resize(static_cast<size_t>(t * nb));
-  block_offsets(q, t * nb, off.data());
+  if (nb == 0) {  // K == 0: every output is the empty sum
+    for (int64_t j = 0; j < t; ++j)
+      for (int64_t r = r0; r < r1; ++r) y[j * ldy + r] = 0.f;
+    return;
+  }
+  thread_local Scratch off_s, acc_s;
+  int32_t* off = static_cast<int32_t*>(off_s.get(static_cast<size_t>(t * nb + 1) * 4));
+  block_offsets(q, t * nb, off);
   const bool chunked = nb > kChunkBlocks;
-  if (chunked) accbuf.resize(static_cast<size_t>(t * kTileRows));
+  float* accbuf = chunked ? static_cast<float*>(acc_s.get(static_cast<size_t>(t * kTileRows) * 4)) : nullptr;
   const __m256i ones16 = _mm256_set1_epi16(1);
   for (int64_t r = r0; r < r1; r += kTileRows) {
-    const int64_t nr = std::min<int64_t>(kTileRows, r1 - r);
+    const int64_t nr = min64(kTileRows, r1 - r);
     int64_t rows[kTileRows];
-    for (int l = 0; l < kTileRows; ++l) rows[l] = r + std::min<int64_t>(l, nr - 1);
+    for (int l = 0; l < kTileRows; ++l) rows[l] = r + min64(l, nr - 1);
     for (int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks) {
-      const int64_t n = std::min(kChunkBlocks, nb - b0);
+      const int64_t n = min64(kChunkBlocks, nb - b0);
       const bool first = b0 == 0, last = b0 + n == nb;
       decode_tile(packed, scale, k, rows, b0, n);
       auto finish = [&](int64_t j, __m256 acc) {
-        if (!last) _mm256_storeu_ps(accbuf.data() + kTileRows * j, acc);
+        if (!last) _mm256_storeu_ps(accbuf + kTileRows * j, acc);
         else store_tile(y + j * ldy + r, acc, nr);
       };
       auto start = [&](int64_t j) {
-        return first ? _mm256_setzero_ps() : _mm256_loadu_ps(accbuf.data() + kTileRows * j);
+        return first ? _mm256_setzero_ps() : _mm256_loadu_ps(accbuf + kTileRows * j);
       };
       for (int64_t j = 0; j < t; ++j) {
         const int8_t* qj = q + j * k + 32 * b0;
         const float* sj = qs + j * nb + b0;
-        const int32_t* oj = off.data() + j * nb + b0;
+        const int32_t* oj = off + j * nb + b0;
         __m256 acc = start(j);
         for (int64_t i = 0; i < n; ++i) {
           const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qj + 32 * i));
