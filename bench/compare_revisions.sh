@@ -8,7 +8,8 @@
 # revision, interleaved (rev1, rev2, ..., rev1, rev2, ...) so that a noisy machine affects every
 # revision alike, and prints one Markdown table: median pp / tg tokens/s over the rounds, the
 # prefill/decode per-token ratio, and each revision's speed relative to the first. Each `k3 bench`
-# run is itself a median of 3 repetitions. "WORKTREE" as a REV means the current working tree's
+# run is itself a median of 9 repetitions (older revisions warm up less: 9 keeps their slow
+# first runs out of the median). "WORKTREE" as a REV means the current working tree's
 # build (build/tools/cli/k3, built by scripts/setup.sh), so uncommitted work can be compared.
 set -euo pipefail
 
@@ -52,7 +53,7 @@ out=$work/results.$$
 : > "$out"
 for ((r = 0; r < rounds; r++)); do
   for i in "${!bins[@]}"; do
-    "${bins[$i]}" bench -m "$model" -t "$threads" -r 3 --probe-mb 64 --json 2>/dev/null |
+    "${bins[$i]}" bench -m "$model" -t "$threads" -r 9 --probe-mb 64 --json 2>/dev/null |
       python3 -c 'import json,sys; j=json.load(sys.stdin); print(sys.argv[1], j["pp"]["tokens_per_s"], j["tg"]["tokens_per_s"])' "$i" >> "$out"
   done
 done
@@ -66,7 +67,7 @@ for line in open(path):
     i, a, b = line.split()
     pp[int(i)].append(float(a))
     tg[int(i)].append(float(b))
-print(f"threads {threads}; medians of {rounds} interleaved rounds (each a `k3 bench` median of 3)\n")
+print(f"threads {threads}; medians of {rounds} interleaved rounds (each a `k3 bench` median of 9)\n")
 print("| revision | pp t/s | tg t/s | pp/tg per token | pp vs first | tg vs first |")
 print("|---|---|---|---|---|---|")
 p0, t0 = statistics.median(pp[0]), statistics.median(tg[0])
