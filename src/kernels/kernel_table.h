@@ -23,8 +23,9 @@ namespace k3 {
 struct KernelTable {
   const char* isa_name;
 
-  /// Y[t, r] = Σ_k W[r, k]·X[t, k] (fp32 accumulation). AVX-512 with T >= 4 rounds X to bf16
-  /// for vdpbf16ps (|err| <= 2^-8·Σ|w·x|); every other case multiplies the fp32 X exactly.
+  /// Y[t, r] = Σ_k W[r, k]·X[t, k] (fp32 accumulation). AVX-512 with T >= 4 and K3_BF16_DOT=1
+  /// rounds X to bf16 for vdpbf16ps (|err| <= 2^-8·Σ|w·x|); every other case multiplies the
+  /// fp32 X exactly.
   void (*gemm_bf16)(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
                     int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 

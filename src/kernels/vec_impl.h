@@ -1,7 +1,8 @@
 // k3::vec algorithms (vec.h), written once and compiled per ISA: scalar/kernels_scalar.cpp (the
-// x86-64 baseline: 4-lane SSE2 vectors), avx2/vec.cpp (8 lanes, AVX2), avx512/vec.cpp (16 lanes,
-// AVX-512F). Same pattern as kda_chunk_impl.h: GCC vector extensions of the build's native width,
-// so every loop is SIMD without relying on the auto-vectorizer or on fp-reassociation flags.
+// x86-64 baseline: 4-lane SSE2 vectors), avx2/vec.cpp (8 lanes, AVX2; also used by the AVX-512
+// table). The 16-lane (__AVX512F__) branches below are kept for a future AVX-512 build, which
+// needs a machine with AVX-512 to be tested on. Same pattern as kda_chunk_impl.h: GCC vector
+// extensions of the build's native width, so every loop is SIMD without relying on the auto-vectorizer or on fp-reassociation flags.
 // Everything has internal linkage (anonymous namespace), as the ISA translation-unit rule of
 // kernel_table.h requires; an ISA TU calls vec_fill_table() to put these into its KernelTable.
 //

@@ -2,9 +2,6 @@
 #pragma once
 #include <cstdint>
 
-namespace k3 {
-struct KernelTable;
-}
 
 namespace k3::avx512 {
 void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
@@ -13,6 +10,4 @@ void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const
                    const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x,
                     int64_t ldx, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
-/// Sets the k3::vec members of t (dot ... short_conv_silu) to this ISA's vec_impl.h build.
-void fill_vec_table(KernelTable& t);
 }  // namespace k3::avx512

@@ -1,7 +1,8 @@
 // The AVX-512 kernel table. The element-wise kernels (Q8 quantization, SiTU-GLU, read probe) are
 // not on the hot path (or are memory-bound), so this table reuses the AVX2 ones: every CPU with
 // our AVX-512 level also has AVX2 + FMA (cpu_features.cpp requires both). The k3::vec primitives
-// are the 16-lane build of vec_impl.h.
+// are the AVX2 (8-lane) build too: they are a small share of the time, and a 16-lane build could
+// not be run on the development machines (no AVX-512), so it is not shipped untested.
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
@@ -17,7 +18,7 @@ const KernelTable& kernel_table_avx512() {
     k.gemm_mxfp4_f32 = avx512::gemm_mxfp4_f32;
     k.situ_glu = avx2::situ_glu;
     k.read_sum = avx2::read_sum;
-    avx512::fill_vec_table(k);
+    avx2::fill_vec_table(k);
     return k;
   }();
   return t;
