@@ -11,6 +11,7 @@
 #include <cstddef>
 
 #include "kernels/kda_chunk.h"
+#include "kernels/simd_lanes.h"
 
 // The 32-byte vector type below is passed between internal inline helpers only; GCC's note that
 // its ABI differs without AVX concerns external calls, of which there are none.
@@ -22,30 +23,13 @@ namespace {
 
 using std::size_t;
 
-// Float vectors (GCC vector extension) of the build's native width: 8 lanes (AVX) in the AVX2
-// build, 4 lanes (SSE) in the baseline build.
-#ifdef __AVX__
-inline constexpr int kLanes = 8;
-#else
-inline constexpr int kLanes = 4;
-#endif
-typedef float vf __attribute__((vector_size(4 * kLanes)));
-inline vf loadv(const float* p) {
-  vf r;
-  __builtin_memcpy(&r, p, sizeof r);
-  return r;
-}
-inline void storev(float* p, vf x) { __builtin_memcpy(p, &x, sizeof x); }
-// a·b + c per lane: one fused multiply-add in the AVX2 + FMA build (explicit, rather than relying
-// on GCC's -ffp-contract=fast default for C++), multiply then add in the baseline build.
-inline vf fmadd(vf a, vf b, vf c) {
-#ifdef __FMA__
-  return reinterpret_cast<vf>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b),
-                                              reinterpret_cast<__m256>(c)));
-#else
-  return a * b + c;
-#endif
-}
+// Native-width float vectors (simd_lanes.h): 8 lanes in the AVX2 build, 4 in the baseline build;
+// fmadd is one fused multiply-add in the AVX2 + FMA build.
+using simd::fmadd;
+using simd::kLanes;
+using simd::loadv;
+using simd::storev;
+using simd::vf;
 
 // Dot product with 32 fixed partial sums (four independent vector chains; deterministic).
 inline float dot(const float* __restrict a, const float* __restrict b, int n) {

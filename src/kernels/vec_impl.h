@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "kernels/kernel_table.h"
+#include "kernels/simd_lanes.h"
 
 // The vector types below are passed between internal inline helpers only; GCC's note that their
 // ABI differs without AVX concerns external calls, of which there are none.
@@ -32,24 +33,14 @@ namespace k3 {
 namespace {
 namespace vecimpl {
 
-#if defined(__AVX512F__)
-inline constexpr int kLanes = 16;
-#elif defined(__AVX__)
-inline constexpr int kLanes = 8;
-#else
-inline constexpr int kLanes = 4;
-#endif
+using simd::fmadd;
+using simd::kLanes;
+using simd::loadv;
+using simd::storev;
+using simd::vf;
+using simd::vi;
 inline constexpr int kUnroll = 4;  // independent accumulator chains in the reductions
 
-typedef float vf __attribute__((vector_size(4 * kLanes)));
-typedef int32_t vi __attribute__((vector_size(4 * kLanes)));
-
-inline vf loadv(const float* p) {
-  vf r;
-  __builtin_memcpy(&r, p, sizeof r);
-  return r;
-}
-inline void storev(float* p, vf x) { __builtin_memcpy(p, &x, sizeof x); }
 // The first m (< kLanes) elements of p, zero-padded.
 inline vf load_part(const float* p, int64_t m) {
   float buf[kLanes] = {};
@@ -346,20 +337,6 @@ void short_conv_silu(const float* ext, const float* taps, int64_t T, int64_t C, 
   }
 }
 
-// a·b + c per lane, explicitly fused where the ISA has FMA. (GCC's C++ default
-// -ffp-contract=fast may also fuse plain a*b+c expressions elsewhere in this file in the FMA
-// builds: the formulas are the same on every ISA, the roundings are not bit-identical.)
-inline vf fmadd(vf a, vf b, vf c) {
-#if defined(__AVX512F__)
-  return reinterpret_cast<vf>(_mm512_fmadd_ps(reinterpret_cast<__m512>(a), reinterpret_cast<__m512>(b),
-                                              reinterpret_cast<__m512>(c)));
-#elif defined(__FMA__)
-  return reinterpret_cast<vf>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b),
-                                              reinterpret_cast<__m256>(c)));
-#else
-  return a * b + c;
-#endif
-}
 
 // gemm_nn micro tile: rows [i0, i0+MR) x columns [j0, j0 + 2·kLanes) (nj <= 2·kLanes valid).
 template <int MR, bool kFull>

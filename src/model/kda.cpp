@@ -97,10 +97,19 @@ void delta_rule_step(float* S, const float* q, const float* k, const float* v, c
 void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, int64_t T,
                       KdaState& st, float* out) {
   const int64_t H = dm.H, d = dm.d, C = dm.C(), K = dm.K;
-  FBuf qp(T * C), kp(T * C), vp(T * C), fa(T * d), z(T * C), bl(T * H), gl(T * C);
-  k3::matmul(*w.q_proj, x, T, qp.data());
-  k3::matmul(*w.k_proj, x, T, kp.data());
-  k3::matmul(*w.v_proj, x, T, vp.data());
+  // ext[i] = conv window ++ the T new projections, for i = q, k, v: [K−1+T, C] each; the
+  // projections are written in place behind the windows.
+  const TensorView* proj[3] = {w.q_proj, w.k_proj, w.v_proj};
+  const std::vector<float>* taps[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
+  FBuf ext(static_cast<size_t>(3 * (K - 1 + T) * C)), tt(static_cast<size_t>(3 * K * C));
+  for (int64_t i = 0; i < 3; ++i) {
+    float* e = &ext[i * (K - 1 + T) * C];
+    std::copy_n(st.conv.data() + i * (K - 1) * C, (K - 1) * C, e);
+    k3::matmul(*proj[i], x, T, e + (K - 1) * C);
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t j = 0; j < K; ++j) tt[(i * K + j) * C + c] = (*taps[i])[c * K + j];  // [K, C]
+  }
+  FBuf fa(T * d), z(T * C), bl(T * H), gl(T * C);
   k3::matmul(*w.f_a, x, T, fa.data());
   k3::matmul(*w.f_b, fa.data(), T, z.data());
   k3::matmul(*w.b_proj, x, T, bl.data());
@@ -108,20 +117,10 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, in
 
   // q, k, v, g: [T, H, d]; beta: [T, H] (kernels/kda_recurrent.h conventions).
   FBuf q(T * C), k(T * C), v(T * C), g(T * C), beta(T * H), o(T * C);
-  // Per token (one parallel region over token ranges): short conv + SiLU of q, k, v over
-  // ext = window ++ raw (taps as [K, C]); L2 norms (q also scaled by 1/sqrt(d)); log-decay
-  // g = lb·σ(e^{A_log}·(z + dt_bias)) (or −e^{A_log}·softplus(z + dt_bias)); β = σ(b).
-  const float* raws[3] = {qp.data(), kp.data(), vp.data()};
-  const std::vector<float>* taps[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
   float* outs[3] = {q.data(), k.data(), v.data()};
-  FBuf ext(static_cast<size_t>(3 * (K - 1 + T) * C)), tt(static_cast<size_t>(3 * K * C));
-  for (int64_t i = 0; i < 3; ++i) {
-    float* e = &ext[i * (K - 1 + T) * C];
-    std::copy_n(st.conv.data() + i * (K - 1) * C, (K - 1) * C, e);
-    std::copy_n(raws[i], T * C, e + (K - 1) * C);
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t j = 0; j < K; ++j) tt[(i * K + j) * C + c] = (*taps[i])[c * K + j];
-  }
+  // Per token (one parallel region over token ranges): short conv + SiLU of q, k, v over ext
+  // (taps as [K, C]); L2 norms (q also scaled by 1/sqrt(d)); log-decay
+  // g = lb·σ(e^{A_log}·(z + dt_bias)) (or −e^{A_log}·softplus(z + dt_bias)); β = σ(b).
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> ea(static_cast<size_t>(H));
   for (int64_t h = 0; h < H; ++h) ea[h] = std::exp(w.a_log[h]);

@@ -3,22 +3,17 @@
 // our AVX-512 level also has AVX2 + FMA (cpu_features.cpp requires both). The k3::vec primitives
 // are the AVX2 (8-lane) build too: they are a small share of the time, and a 16-lane build could
 // not be run on the development machines (no AVX-512), so it is not shipped untested.
-#include "kernels/avx2/avx2_kernels.h"
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
 
 namespace k3 {
 const KernelTable& kernel_table_avx512() {
   static const KernelTable t = [] {
-    KernelTable k{};
+    KernelTable k = kernel_table_avx2();  // every entry not overridden below
     k.isa_name = "avx512";
     k.gemm_bf16 = avx512::gemm_bf16;
-    k.quantize_q8 = avx2::quantize_q8;
     k.gemm_mxfp4_q8 = avx512::gemm_mxfp4_q8;
     k.gemm_mxfp4_f32 = avx512::gemm_mxfp4_f32;
-    k.situ_glu = avx2::situ_glu;
-    k.read_sum = avx2::read_sum;
-    avx2::fill_vec_table(k);
     return k;
   }();
   return t;
