@@ -57,10 +57,16 @@ struct Model::Impl {
       throw Error("config: attn_res_block_size must be > 0 (K3 uses Block AttnRes)");
   }
 
-  /// The layer loop of spec §3.1 over validated inputs; advances `st` in place. Logit rows:
-  /// all T when all_logits, the last one when want_last, none otherwise.
-  std::vector<float> run(SequenceState::Impl& st, std::span<const int32_t> tokens, bool all_logits,
-                         bool want_last, DumpSink* dump) const;
+  /// One piece of a sequence in a batched layer loop: its state, its tokens, and the logits
+  /// rows wanted (n_logits of its last rows; 0 = none).
+  struct Part {
+    SequenceState::Impl* st;
+    std::span<const int32_t> tokens;
+    int64_t n_logits;
+  };
+  /// The layer loop of spec §3.1 over validated inputs, all parts stacked into one block;
+  /// advances every state in place. Returns the logits rows of each part ([n_logits, V]).
+  std::vector<std::vector<float>> run(std::span<const Part> parts, DumpSink* dump) const;
 };
 
 ModelKernels default_model_kernels() {
@@ -104,50 +110,95 @@ FBuf rmsnorm_rows(const float* x, int64_t T, int64_t D, const std::vector<float>
 
 std::vector<float> Model::forward(SequenceState& seq, std::span<const int32_t> tokens, bool all_logits,
                                   DumpSink* dump) const {
+  const BatchEntry e{&seq, tokens, all_logits ? BatchLogits::All : BatchLogits::Last};
+  return std::move(forward_batch(std::span<const BatchEntry>(&e, 1), dump)[0]);
+}
+
+std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry> batch,
+                                                     DumpSink* dump) const {
   const Impl& m = *impl_;
   const ModelConfig& cfg = m.cfg;
-  const int64_t T = static_cast<int64_t>(tokens.size()), V = cfg.vocab_size;
-  if (T == 0) throw Error("forward: empty token list");
-  if (!seq.impl) throw Error("forward: moved-from sequence state");
-  seq.impl->check_matches(cfg, "forward");
-  for (int64_t t = 0; t < T; ++t)
-    if (tokens[t] < 0 || tokens[t] >= V)
-      throw Error("forward: token id " + std::to_string(tokens[t]) + " at position " +
-                  std::to_string(t) + " outside [0, vocab_size = " + std::to_string(V) + ")");
-  // Inputs are validated above; the state is then advanced in place. An exception after this
-  // point (corrupt weights) marks the state failed, so later calls refuse it.
-  SequenceState::Impl& st = *seq.impl;
+  const int64_t V = cfg.vocab_size, B = static_cast<int64_t>(batch.size());
+  if (B == 0) throw Error("forward: empty batch");
+  if (dump && B > 1) throw Error("forward: a dump needs a batch of one sequence, found " + std::to_string(B));
+  auto where = [&](int64_t i) { return B > 1 ? "batch entry " + std::to_string(i) + ": " : std::string(); };
+  for (int64_t i = 0; i < B; ++i) {
+    const BatchEntry& e = batch[i];
+    if (!e.seq || !e.seq->impl) throw Error("forward: " + where(i) + "moved-from or missing sequence state");
+    if (e.tokens.empty()) throw Error("forward: " + where(i) + "empty token list");
+    e.seq->impl->check_matches(cfg, "forward");
+    for (int64_t j = 0; j < i; ++j)
+      if (batch[j].seq->impl == e.seq->impl)
+        throw Error("forward: batch entries " + std::to_string(j) + " and " + std::to_string(i) +
+                    " are the same sequence state");
+    for (size_t t = 0; t < e.tokens.size(); ++t)
+      if (e.tokens[t] < 0 || e.tokens[t] >= V)
+        throw Error("forward: " + where(i) + "token id " + std::to_string(e.tokens[t]) + " at position " +
+                    std::to_string(t) + " outside [0, vocab_size = " + std::to_string(V) + ")");
+  }
+  // Inputs are validated above; the states are then advanced in place. An exception after this
+  // point (corrupt weights) marks every state of the batch failed, so later calls refuse them.
+  std::vector<std::vector<float>> logits(static_cast<size_t>(B));
   try {
-    // Chunked prefill: consecutive pieces of at most prefill_chunk tokens, each layer-major
-    // through all layers with the state carried (a dumped call runs as one piece).
-    const int64_t piece = dump ? T : m.opt.prefill_chunk;
-    if (T <= piece) return m.run(st, tokens, all_logits, true, dump);
-    std::vector<float> logits;
-    if (all_logits) logits.reserve(static_cast<size_t>(T * V));
-    for (int64_t b = 0; b < T; b += piece) {
-      const int64_t n = std::min(piece, T - b);
-      const bool last = b + n == T;
-      std::vector<float> l = m.run(st, tokens.subspan(b, n), all_logits, last, nullptr);
-      if (all_logits || last) logits.insert(logits.end(), l.begin(), l.end());
+    // Chunked prefill: round r runs piece r (tokens [r·piece, (r+1)·piece)) of every entry that
+    // still has tokens, layer-major through all layers (a dumped call runs as one piece).
+    size_t longest = 0;
+    for (const BatchEntry& e : batch) longest = std::max(longest, e.tokens.size());
+    const size_t piece = dump ? longest : static_cast<size_t>(m.opt.prefill_chunk);
+    std::vector<Impl::Part> parts;
+    std::vector<int64_t> owner;
+    for (size_t b = 0; b < longest; b += piece) {
+      parts.clear();
+      owner.clear();
+      for (int64_t i = 0; i < B; ++i) {
+        const BatchEntry& e = batch[i];
+        if (e.tokens.size() <= b) continue;
+        const size_t n = std::min(piece, e.tokens.size() - b);
+        const bool last = b + n == e.tokens.size();
+        const int64_t n_logits = e.logits == BatchLogits::All                 ? static_cast<int64_t>(n)
+                                 : (e.logits == BatchLogits::Last && last) ? 1
+                                                                            : 0;
+        parts.push_back({e.seq->impl.get(), e.tokens.subspan(b, n), n_logits});
+        owner.push_back(i);
+      }
+      std::vector<std::vector<float>> l = m.run(parts, dump);
+      for (size_t p = 0; p < parts.size(); ++p) {
+        std::vector<float>& dst = logits[static_cast<size_t>(owner[p])];
+        if (dst.empty())
+          dst = std::move(l[p]);
+        else
+          dst.insert(dst.end(), l[p].begin(), l[p].end());
+      }
     }
     return logits;
   } catch (...) {
-    st.failed = true;
+    for (const BatchEntry& e : batch) e.seq->impl->failed = true;
     throw;
   }
 }
 
-std::vector<float> Model::Impl::run(SequenceState::Impl& st, std::span<const int32_t> tokens,
-                                    bool all_logits, bool want_last, DumpSink* dump) const {
+std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, DumpSink* dump) const {
   const Impl& m = *this;
   const ModelConfig& cfg = m.cfg;
-  const int64_t T = static_cast<int64_t>(tokens.size()), D = cfg.hidden_size, V = cfg.vocab_size;
+  const int64_t D = cfg.hidden_size, V = cfg.vocab_size, S = static_cast<int64_t>(parts.size());
   const float eps = cfg.rms_norm_eps;
   auto name = [](int64_t il, const char* what) { return "blk." + std::to_string(il) + "." + what; };
 
+  // The rows of the block: part s owns rows segs[s].
+  std::vector<SeqRows> segs(static_cast<size_t>(S));
+  int64_t T = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    segs[s] = {T, static_cast<int64_t>(parts[s].tokens.size())};
+    T += segs[s].T;
+  }
+  std::vector<KdaState*> kda_states(static_cast<size_t>(S));
+  std::vector<MlaCache*> mla_caches(static_cast<size_t>(S));
+
   // x0 = embed[token] (no scaling, no positions).
   std::vector<float> x(static_cast<size_t>(T * D));
-  for (int64_t t = 0; t < T; ++t) ref::decode_row(*m.w.embed, tokens[t], x.data() + t * D);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t t = 0; t < segs[s].T; ++t)
+      ref::decode_row(*m.w.embed, parts[s].tokens[t], x.data() + (segs[s].row0 + t) * D);
   if (dump) dump->add("tok.embed", {T, D}, x.data());
 
   AttnResStream stream(x.data(), T, D, eps);
@@ -166,11 +217,13 @@ std::vector<float> Model::Impl::run(SequenceState::Impl& st, std::span<const int
     if (L.spec.snapshot) stream.snapshot();  // bank.push(raw layer input); prefix = NONE
     if (dump) dump->add(name(il, "attn_in"), {T, D}, h.data());
     FBuf xn = rmsnorm_rows(h.data(), T, D, L.input_norm, eps, m.ex.fast);
-    LayerState& ls = st.layers[il];
-    if (L.spec.attn == AttnKind::KDA)
-      kda_forward(L.kda, m.kda, xn.data(), T, ls.kda, sub.data(), m.ex);
-    else
-      mla_forward(L.mla, m.mla, xn.data(), T, ls.mla, sub.data(), MlaMode::Auto, m.ex);
+    if (L.spec.attn == AttnKind::KDA) {
+      for (int64_t s = 0; s < S; ++s) kda_states[s] = &parts[s].st->layers[il].kda;
+      kda_forward_batch(L.kda, m.kda, xn.data(), segs, kda_states, sub.data(), m.ex);
+    } else {
+      for (int64_t s = 0; s < S; ++s) mla_caches[s] = &parts[s].st->layers[il].mla;
+      mla_forward_batch(L.mla, m.mla, xn.data(), segs, mla_caches, sub.data(), MlaMode::Auto, m.ex);
+    }
     if (dump) dump->add(name(il, "attn_out"), {T, D}, sub.data());
     stream.add(sub.data());
 
@@ -200,10 +253,14 @@ std::vector<float> Model::Impl::run(SequenceState::Impl& st, std::span<const int
     stream.add(sub.data());
   }
 
-  if (!all_logits && !want_last) {  // an inner prefill piece: no logits needed
-    st.n_past += T;
-    return {};
-  }
+  for (int64_t s = 0; s < S; ++s) parts[s].st->n_past += segs[s].T;
+  std::vector<std::vector<float>> logits(static_cast<size_t>(S));
+  // The rows that want logits: the last n_logits rows of each part.
+  std::vector<int64_t> out_rows;
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t r = segs[s].T - parts[s].n_logits; r < segs[s].T; ++r) out_rows.push_back(segs[s].row0 + r);
+  const int64_t n_out = static_cast<int64_t>(out_rows.size());
+  if (n_out == 0) return logits;  // inner prefill pieces only: no logits needed
   // final = Mix(bank ++ [prefix]; s_out); logits = lm_head · RMSNorm(final; model.norm).
   {
     const int64_t n = stream.n_sources();
@@ -214,17 +271,21 @@ std::vector<float> Model::Impl::run(SequenceState::Impl& st, std::span<const int
       dump->add("out.final", {T, D}, h.data());
     }
   }
-  const int64_t t0 = all_logits ? 0 : T - 1;
-  const int64_t n_out = T - t0;
-  FBuf xn = rmsnorm_rows(h.data() + t0 * D, n_out, D, m.w.final_norm, eps, m.ex.fast);
-  std::vector<float> logits(static_cast<size_t>(n_out * V));
+  FBuf fin(static_cast<size_t>(n_out * D));
+  for (int64_t r = 0; r < n_out; ++r) std::copy_n(&h[out_rows[r] * D], D, &fin[r * D]);
+  FBuf xn = rmsnorm_rows(fin.data(), n_out, D, m.w.final_norm, eps, m.ex.fast);
+  std::vector<float> all(static_cast<size_t>(n_out * V));
   if (m.ex.fast)
-    k3::matmul(*m.w.lm_head, xn.data(), n_out, logits.data());
+    k3::matmul(*m.w.lm_head, xn.data(), n_out, all.data());
   else
-    ref::matmul(*m.w.lm_head, xn.data(), n_out, logits.data());
-  if (dump) dump->add("logits", {n_out, V}, logits.data());
-
-  st.n_past += T;
+    ref::matmul(*m.w.lm_head, xn.data(), n_out, all.data());
+  if (dump) dump->add("logits", {n_out, V}, all.data());
+  int64_t r = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t n = parts[s].n_logits;
+    logits[s].assign(all.begin() + r * V, all.begin() + (r + n) * V);
+    r += n;
+  }
   return logits;
 }
 

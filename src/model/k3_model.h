@@ -60,6 +60,21 @@ struct ModelOptions {
   std::optional<Mxfp4Path> mxfp4;
 };
 
+/// Which logits rows a batch entry wants back.
+enum class BatchLogits {
+  None,  ///< none (an inner prefill piece)
+  Last,  ///< the row of the entry's last token
+  All,   ///< one row per token
+};
+
+/// One entry of a batch (llama.cpp's llama_batch, one sequence's part): append `tokens` to
+/// `*seq`. The span must stay valid for the call.
+struct BatchEntry {
+  SequenceState* seq = nullptr;
+  std::span<const int32_t> tokens;
+  BatchLogits logits = BatchLogits::Last;
+};
+
 class Model {
  public:
   /// Binds (never copies) the checkpoint's weights; the checkpoint must outlive the model.
@@ -76,8 +91,23 @@ class Model {
   /// `seq` is unchanged). An error from corrupt weights mid-pass leaves `seq` unusable (refused
   /// by the next call). `dump`, when given, receives the named intermediates (model/dump.h); a
   /// dumped call runs as one piece (no prefill chunking) so each name appears once.
+  /// The batch of one: forward_batch({{&seq, tokens, all_logits ? All : Last}}, dump)[0].
   std::vector<float> forward(SequenceState& seq, std::span<const int32_t> tokens,
                              bool all_logits, DumpSink* dump = nullptr) const;
+
+  /// The forward pass over a batch of sequences, the one model loop (spec §3.1): every entry's
+  /// tokens are stacked into one [T_total, D] block, so each weight matrix is read once for all
+  /// rows; KDA and MLA run each sequence over its own rows and state. Entries longer than
+  /// prefill_chunk run as consecutive rounds of pieces (entry i's r-th piece in round r), cut
+  /// as a lone forward() cuts them. Every row is computed exactly as in a lone call: logits and
+  /// states are bit-identical to forward() on each entry alone, whatever else is in the batch.
+  /// Returns one fp32 row-major vector per entry: [n, vocab] rows as its `logits` asks
+  /// (None: empty). Errors (k3::Error, no state changed): an empty batch, an entry without a
+  /// state or tokens, the same state twice, an id out of range (names the entry and position),
+  /// a state of another model, a dump with more than one entry. An error mid-pass (corrupt
+  /// weights) marks every state of the batch unusable.
+  std::vector<std::vector<float>> forward_batch(std::span<const BatchEntry> batch,
+                                                DumpSink* dump = nullptr) const;
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -91,21 +91,20 @@ void delta_rule_step(float* S, const float* q, const float* k, const float* v, c
   }
 }
 
-/// Fast path of kda_forward (state already validated): the same per-token preprocessing in
-/// fp32 with the dispatched vector kernels (kernels/vec.h), tokens split across threads, then
-/// the chunkwise / decode KDA kernels. Oracle: the token-by-token path below (fast_path_test).
-void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, int64_t T,
-                      KdaState& st, float* out) {
-  const int64_t H = dm.H, d = dm.d, C = dm.C(), K = dm.K;
-  // ext[i] = conv window ++ the T new projections, for i = q, k, v: [K−1+T, C] each; the
-  // projections are written in place behind the windows.
+/// Fast path of kda_forward_batch (states already validated): the same per-token preprocessing
+/// in fp32 with the dispatched vector kernels (kernels/vec.h), tokens split across threads, then
+/// the chunkwise / decode KDA kernels per sequence. Projections and o_proj run once over all
+/// rows of the batch. Oracle: the token-by-token path below (fast_path_test).
+void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x,
+                      std::span<const SeqRows> segs, std::span<KdaState* const> states, float* out) {
+  const int64_t H = dm.H, d = dm.d, C = dm.C(), K = dm.K, W = K - 1;
+  const int64_t T = total_rows(segs), S = static_cast<int64_t>(segs.size());
+  // Projections of every row: p[i] = q/k/v [T, C].
   const TensorView* proj[3] = {w.q_proj, w.k_proj, w.v_proj};
   const std::vector<float>* taps[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
-  FBuf ext(static_cast<size_t>(3 * (K - 1 + T) * C)), tt(static_cast<size_t>(3 * K * C));
+  FBuf p(static_cast<size_t>(3 * T * C)), tt(static_cast<size_t>(3 * K * C));
   for (int64_t i = 0; i < 3; ++i) {
-    float* e = &ext[i * (K - 1 + T) * C];
-    std::copy_n(st.conv.data() + i * (K - 1) * C, (K - 1) * C, e);
-    k3::matmul(*proj[i], x, T, e + (K - 1) * C);
+    k3::matmul(*proj[i], x, T, &p[i * T * C]);
     for (int64_t c = 0; c < C; ++c)
       for (int64_t j = 0; j < K; ++j) tt[(i * K + j) * C + c] = (*taps[i])[c * K + j];  // [K, C]
   }
@@ -115,10 +114,26 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, in
   k3::matmul(*w.b_proj, x, T, bl.data());
   k3::matmul(*w.g_proj, x, T, gl.data());
 
+  // ext: per sequence s and i = q, k, v, its conv window ++ its new projections,
+  // [W + T_s, C] at ext_off[s] + i·(W + T_s)·C.
+  std::vector<int64_t> ext_off(static_cast<size_t>(S));
+  int64_t ext_n = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    ext_off[s] = ext_n;
+    ext_n += 3 * (W + segs[s].T) * C;
+  }
+  FBuf ext(static_cast<size_t>(ext_n));
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t i = 0; i < 3; ++i) {
+      float* e = &ext[ext_off[s] + i * (W + segs[s].T) * C];
+      std::copy_n(states[s]->conv.data() + i * W * C, W * C, e);
+      std::copy_n(&p[(i * T + segs[s].row0) * C], segs[s].T * C, e + W * C);
+    }
+
   // q, k, v, g: [T, H, d]; beta: [T, H] (kernels/kda_recurrent.h conventions).
   FBuf q(T * C), k(T * C), v(T * C), g(T * C), beta(T * H), o(T * C);
   float* outs[3] = {q.data(), k.data(), v.data()};
-  // Per token (one parallel region over token ranges): short conv + SiLU of q, k, v over ext
+  // Per token (one parallel region over row ranges): short conv + SiLU of q, k, v over ext
   // (taps as [K, C]); L2 norms (q also scaled by 1/sqrt(d)); log-decay
   // g = lb·σ(e^{A_log}·(z + dt_bias)) (or −e^{A_log}·softplus(z + dt_bias)); β = σ(b).
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -127,8 +142,17 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, in
   // ~3·K conv multiply-adds, 4 norm operations and ~20 for the gate's σ per channel.
   parallel_for(T, grain_for_work(1, C * (3 * K + 24)), [&](int64_t t0, int64_t t1) {
     const int64_t n = t1 - t0;
-    for (int64_t i = 0; i < 3; ++i)
-      vec::short_conv_silu(&ext[(i * (K - 1 + T) + t0) * C], &tt[i * K * C], n, C, K, outs[i] + t0 * C);
+    // The conv, split at sequence boundaries: rows [a, b) of sequence s.
+    int64_t s = std::upper_bound(segs.begin(), segs.end(), t0,
+                                 [](int64_t t, const SeqRows& r) { return t < r.row0; }) -
+                segs.begin() - 1;
+    for (int64_t a = t0; a < t1; ++s) {
+      const int64_t b = std::min(t1, segs[s].row0 + segs[s].T), Ts = segs[s].T;
+      for (int64_t i = 0; i < 3; ++i)
+        vec::short_conv_silu(&ext[ext_off[s] + (i * (W + Ts) + a - segs[s].row0) * C], &tt[i * K * C],
+                             b - a, C, K, outs[i] + a * C);
+      a = b;
+    }
     for (int64_t t = t0; t < t1; ++t)
       for (int64_t h = 0; h < H; ++h) {
         float* qh = &q[t * C + h * d];
@@ -149,16 +173,29 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, in
     }
     vec::sigmoid(&bl[t0 * H], &beta[t0 * H], n * H);
   });
-  // The conv windows advance by T tokens: the last K−1 rows of each ext.
-  for (int64_t i = 0; i < 3; ++i)
-    std::copy_n(&ext[(i * (K - 1 + T) + T) * C], (K - 1) * C, st.conv.data() + i * (K - 1) * C);
+  // Per sequence: the conv window advances by T_s tokens (the last K−1 rows of each ext), and
+  // the recurrence runs on its state. With at least as many sequences as threads, sequences run
+  // in parallel (each kernel then inline); otherwise one at a time with heads in parallel. The
+  // kernels' results do not depend on the thread count, so both give the same bits.
   const int Hi = static_cast<int>(H), di = static_cast<int>(d);
-  if (T == 1)
-    kda_decode_step(Hi, di, di, q.data(), k.data(), v.data(), g.data(), beta.data(), st.S.data(),
-                    o.data());
+  auto run_seq = [&](int64_t s) {
+    const int64_t Ts = segs[s].T, r0 = segs[s].row0;
+    KdaState& st = *states[s];
+    for (int64_t i = 0; i < 3; ++i)
+      std::copy_n(&ext[ext_off[s] + (i * (W + Ts) + Ts) * C], W * C, st.conv.data() + i * W * C);
+    const size_t a = static_cast<size_t>(r0 * C);
+    if (Ts == 1)
+      kda_decode_step(Hi, di, di, &q[a], &k[a], &v[a], &g[a], &beta[r0 * H], st.S.data(), &o[a]);
+    else
+      kda_chunk(static_cast<int>(Ts), Hi, di, di, &q[a], &k[a], &v[a], &g[a], &beta[r0 * H],
+                st.S.data(), &o[a], 64);
+  };
+  if (S >= num_threads() && S > 1)
+    parallel_for(S, 1, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s) run_seq(s);
+    });
   else
-    kda_chunk(static_cast<int>(T), Hi, di, di, q.data(), k.data(), v.data(), g.data(), beta.data(),
-              st.S.data(), o.data(), 64);
+    for (int64_t s = 0; s < S; ++s) run_seq(s);
   // Output: per-head RMSNorm (shared weight) times σ(full-rank gate), then o_proj.
   parallel_for(T, grain_for_work(1, 32 * C), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -176,14 +213,32 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, in
 
 void kda_forward(const KdaWeights& w, const KdaDims& dm, const float* x, int64_t T, KdaState& st,
                  float* out, const ExecOptions& ex) {
-  const int64_t D = dm.D, H = dm.H, d = dm.d, C = dm.C(), K = dm.K;
-  if (st.S.size() != static_cast<size_t>(H * d * d) ||
-      st.conv.size() != static_cast<size_t>(3 * (K - 1) * C))
-    throw Error("KDA state: expected S [" + std::to_string(H) + ", " + std::to_string(d) + ", " +
-                std::to_string(d) + "] and conv [3, " + std::to_string(K - 1) + ", " +
-                std::to_string(C) + "], found " + std::to_string(st.S.size()) + " and " +
-                std::to_string(st.conv.size()) + " floats");
-  if (ex.fast) return kda_forward_fast(w, dm, x, T, st, out);
+  const SeqRows seg{0, T};
+  KdaState* sp = &st;
+  kda_forward_batch(w, dm, x, std::span<const SeqRows>(&seg, 1), std::span<KdaState* const>(&sp, 1),
+                    out, ex);
+}
+
+void kda_forward_batch(const KdaWeights& w, const KdaDims& dm, const float* x,
+                       std::span<const SeqRows> segs, std::span<KdaState* const> states, float* out,
+                       const ExecOptions& ex) {
+  const int64_t H = dm.H, d = dm.d, C = dm.C(), K = dm.K;
+  if (segs.size() != states.size() || segs.empty())
+    throw Error("KDA batch: expected one state per sequence, found " + std::to_string(states.size()) +
+                " states for " + std::to_string(segs.size()) + " sequences");
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const KdaState& st = *states[s];
+    if (segs[s].T < 1 || segs[s].row0 != (s == 0 ? 0 : segs[s - 1].row0 + segs[s - 1].T))
+      throw Error("KDA batch: sequence " + std::to_string(s) + " rows do not follow the previous one");
+    if (st.S.size() != static_cast<size_t>(H * d * d) ||
+        st.conv.size() != static_cast<size_t>(3 * (K - 1) * C))
+      throw Error("KDA state: expected S [" + std::to_string(H) + ", " + std::to_string(d) + ", " +
+                  std::to_string(d) + "] and conv [3, " + std::to_string(K - 1) + ", " +
+                  std::to_string(C) + "], found " + std::to_string(st.S.size()) + " and " +
+                  std::to_string(st.conv.size()) + " floats");
+  }
+  if (ex.fast) return kda_forward_fast(w, dm, x, segs, states, out);
+  const int64_t T = total_rows(segs);
   // Token-parallel projections over the [T, D] block (layer-major).
   std::vector<float> qp(T * C), kp(T * C), vp(T * C), fa(T * d), z(T * C), bl(T * H), gl(T * C);
   ref::matmul(*w.q_proj, x, T, qp.data());
@@ -197,33 +252,35 @@ void kda_forward(const KdaWeights& w, const KdaDims& dm, const float* x, int64_t
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> q(C), k(C), v(C), alpha(C), o(C), u(d);
   std::vector<float> y(T * C);
-  float* win_q = st.conv.data();
-  float* win_k = win_q + (K - 1) * C;
-  float* win_v = win_k + (K - 1) * C;
-  for (int64_t t = 0; t < T; ++t) {
-    short_conv_silu(&qp[t * C], w.q_conv, win_q, C, K, q.data());
-    short_conv_silu(&kp[t * C], w.k_conv, win_k, C, K, k.data());
-    short_conv_silu(&vp[t * C], w.v_conv, win_v, C, K, v.data());
-    for (int64_t h = 0; h < H; ++h) {
-      float* qh = q.data() + h * d;
-      float* kh = k.data() + h * d;
-      ref::l2norm(qh, d, kKdaL2NormEps, qh);
-      ref::l2norm(kh, d, kKdaL2NormEps, kh);
-      for (int64_t i = 0; i < d; ++i) qh[i] *= q_scale;
-      for (int64_t i = 0; i < d; ++i) {
-        const int64_t c = h * d + i;
-        alpha[c] = std::exp(kda_decay_gate(z[t * C + c], w.dt_bias[c], w.a_log[h], dm.lower_bound));
+  for (size_t s = 0; s < segs.size(); ++s) {
+    KdaState& st = *states[s];
+    float* win_q = st.conv.data();
+    float* win_k = win_q + (K - 1) * C;
+    float* win_v = win_k + (K - 1) * C;
+    for (int64_t t = segs[s].row0; t < segs[s].row0 + segs[s].T; ++t) {
+      short_conv_silu(&qp[t * C], w.q_conv, win_q, C, K, q.data());
+      short_conv_silu(&kp[t * C], w.k_conv, win_k, C, K, k.data());
+      short_conv_silu(&vp[t * C], w.v_conv, win_v, C, K, v.data());
+      for (int64_t h = 0; h < H; ++h) {
+        float* qh = q.data() + h * d;
+        float* kh = k.data() + h * d;
+        ref::l2norm(qh, d, kKdaL2NormEps, qh);
+        ref::l2norm(kh, d, kKdaL2NormEps, kh);
+        for (int64_t i = 0; i < d; ++i) qh[i] *= q_scale;
+        for (int64_t i = 0; i < d; ++i) {
+          const int64_t c = h * d + i;
+          alpha[c] = std::exp(kda_decay_gate(z[t * C + c], w.dt_bias[c], w.a_log[h], dm.lower_bound));
+        }
+        const float beta = ref::sigmoid(bl[t * H + h]);
+        delta_rule_step(st.S.data() + h * d * d, qh, kh, v.data() + h * d, alpha.data() + h * d,
+                        beta, d, o.data() + h * d, u);
+        // Output: per-head RMSNorm (shared weight) times σ(full-rank gate).
+        float* yh = y.data() + t * C + h * d;
+        ref::rmsnorm(o.data() + h * d, d, w.o_norm.data(), dm.rms_eps, yh);
+        for (int64_t i = 0; i < d; ++i) yh[i] *= ref::sigmoid(gl[t * C + h * d + i]);
       }
-      const float beta = ref::sigmoid(bl[t * H + h]);
-      delta_rule_step(st.S.data() + h * d * d, qh, kh, v.data() + h * d, alpha.data() + h * d, beta,
-                      d, o.data() + h * d, u);
-      // Output: per-head RMSNorm (shared weight) times σ(full-rank gate).
-      float* yh = y.data() + t * C + h * d;
-      ref::rmsnorm(o.data() + h * d, d, w.o_norm.data(), dm.rms_eps, yh);
-      for (int64_t i = 0; i < d; ++i) yh[i] *= ref::sigmoid(gl[t * C + h * d + i]);
     }
   }
-  (void)D;
   ref::matmul(*w.o_proj, y.data(), T, out);
 }
 

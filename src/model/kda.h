@@ -5,6 +5,9 @@
 // state → per-head RMSNorm × σ(full-rank gate) → o_proj.
 // Dimensions: H heads, d = head_dim (key dim = value dim), C = H·d, D = hidden size.
 #pragma once
+#include <span>
+
+#include "model/seq_rows.h"
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -56,5 +59,16 @@ float kda_decay_gate(float z, float dt_bias, float a_log, std::optional<float> l
 /// otherwise the per-token k3::ref recurrence below (the oracle).
 void kda_forward(const KdaWeights& w, const KdaDims& dims, const float* x, int64_t T,
                  KdaState& state, float* out, const ExecOptions& ex = {});
+
+/// kda_forward over a batch of sequences (kda_forward is the batch of one): x and out are
+/// [T_total, D] blocks whose rows segs[s] belong to sequence s, whose state is states[s]
+/// (advanced by segs[s].T tokens). Projections and o_proj run once over all rows; the conv and
+/// the recurrence per sequence. Every row is computed as in a lone call: outputs and states are
+/// bit-identical to kda_forward on each sequence alone (tests/model/batch_test.cpp).
+/// Errors: k3::Error when segs and states differ in count, segs do not tile [0, T_total) in
+/// order, or a state does not match `dims` (nothing is advanced then).
+void kda_forward_batch(const KdaWeights& w, const KdaDims& dims, const float* x,
+                       std::span<const SeqRows> segs, std::span<KdaState* const> states, float* out,
+                       const ExecOptions& ex = {});
 
 }  // namespace k3

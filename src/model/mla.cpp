@@ -160,17 +160,60 @@ void mla_attend_fast(const MlaWeights& w, const MlaDims& d, const float* q, int6
   });
 }
 
+/// Oracle attention (fp64 dots) for T queries q [T, H, dn + dr] of one sequence over its
+/// (already appended) cache into o [T, H, dv].
+void mla_attend_ref(const MlaWeights& w, const MlaDims& d, const float* q, int64_t T,
+                    const MlaCache& cache, int64_t n_past, bool absorbed, float scale, float* o) {
+  const int64_t H = d.H, dq = d.dn + d.dr, row = d.row(), n_all = n_past + T;
+  const float* crows = cache.rows.data();
+  std::vector<float> p(n_all), q_abs(d.kv_rank), ctx(d.kv_rank);
+  std::vector<float> kv;  // Expanded: [n_all, dn + dv] for one head
+  for (int64_t h = 0; h < H; ++h) {
+    if (!absorbed) {
+      kv.resize(static_cast<size_t>(n_all * (d.dn + d.dv)));
+      for (int64_t s = 0; s < n_all; ++s)
+        ref::matvec_rows(*w.kv_b, h * (d.dn + d.dv), d.dn + d.dv, crows + s * row,
+                         kv.data() + s * (d.dn + d.dv));
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      const float* qh = q + t * H * dq + h * dq;
+      float* oh = o + t * H * d.dv + h * d.dv;
+      const int64_t n_ctx = n_past + t + 1;  // causal
+      if (absorbed)
+        attend_absorbed(w, h, qh, crows, n_ctx, d, scale, p, q_abs, ctx, oh);
+      else
+        attend_expanded(qh, crows, kv.data(), n_ctx, d, scale, p, oh);
+    }
+  }
+}
+
 }  // namespace
 
 void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t T, MlaCache& cache,
                  float* out, MlaMode mode, const ExecOptions& ex) {
-  const int64_t H = d.H, dq = d.dn + d.dr, row = d.row();
-  if (cache.rows.size() % static_cast<size_t>(row) != 0)
-    throw Error("MLA cache: size " + std::to_string(cache.rows.size()) +
-                " is not a multiple of the row width " + std::to_string(row));
-  const int64_t n_past = cache.n_tokens(d);
+  const SeqRows seg{0, T};
+  MlaCache* cp = &cache;
+  mla_forward_batch(w, d, x, std::span<const SeqRows>(&seg, 1), std::span<MlaCache* const>(&cp, 1),
+                    out, mode, ex);
+}
 
-  // Token-parallel projections.
+void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x,
+                       std::span<const SeqRows> segs, std::span<MlaCache* const> caches, float* out,
+                       MlaMode mode, const ExecOptions& ex) {
+  const int64_t H = d.H, dq = d.dn + d.dr, row = d.row();
+  if (segs.size() != caches.size() || segs.empty())
+    throw Error("MLA batch: expected one cache per sequence, found " + std::to_string(caches.size()) +
+                " caches for " + std::to_string(segs.size()) + " sequences");
+  for (size_t s = 0; s < segs.size(); ++s) {
+    if (segs[s].T < 1 || segs[s].row0 != (s == 0 ? 0 : segs[s - 1].row0 + segs[s - 1].T))
+      throw Error("MLA batch: sequence " + std::to_string(s) + " rows do not follow the previous one");
+    if (caches[s]->rows.size() % static_cast<size_t>(row) != 0)
+      throw Error("MLA cache: size " + std::to_string(caches[s]->rows.size()) +
+                  " is not a multiple of the row width " + std::to_string(row));
+  }
+  const int64_t T = total_rows(segs), S = static_cast<int64_t>(segs.size());
+
+  // Token-parallel projections over every row of the batch.
   FBuf qa(T * d.q_rank), q(T * H * dq), ckv(T * row), gate(T * H * d.dv);
   auto mm = [&](const TensorView& wt, const float* in, float* y) {
     if (ex.fast)
@@ -191,51 +234,47 @@ void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t 
   mm(*w.kv_a, x, ckv.data());
   if (d.output_gate) mm(*w.g_proj, x, gate.data());
 
-  // Append [RMSNorm(c), k_r] for each new token.
-  cache.rows.resize(static_cast<size_t>((n_past + T) * row));
-  for (int64_t t = 0; t < T; ++t) {
-    float* r = cache.rows.data() + (n_past + t) * row;
-    if (ex.fast)
-      vec::rmsnorm(&ckv[t * row], w.kv_a_norm.data(), d.norm_eps, r, d.kv_rank);
-    else
-      ref::rmsnorm(&ckv[t * row], d.kv_rank, w.kv_a_norm.data(), d.norm_eps, r);
-    for (int64_t j = 0; j < d.dr; ++j) r[d.kv_rank + j] = ckv[t * row + d.kv_rank + j];
-  }
-  const int64_t n_all = n_past + T;
-  const float* crows = cache.rows.data();
+  // Per sequence: append [RMSNorm(c), k_r] for each new token, then attend over its cache.
   // Auto: Absorbed for decode, and for prefill once the Expanded form's per-call k_nope/v
   // materialization ([n_all, H, dn + dv] fp32, re-done for every prefill chunk) would pass
   // kMaxExpandedBytes — at K3's widths that is 64 KiB per cached token (6.5 GB at 100k tokens).
   constexpr int64_t kMaxExpandedBytes = int64_t{256} << 20;
-  const bool too_big = n_all * H * (d.dn + d.dv) * int64_t{4} > kMaxExpandedBytes;
-  const bool absorbed = mode == MlaMode::Absorbed || (mode == MlaMode::Auto && (T == 1 || too_big));
   const float scale = 1.0f / std::sqrt(static_cast<float>(dq));  // NoPE: 1/sqrt(dn + dr), no mscale
-
   FBuf o(T * H * d.dv);
+  auto run_seq = [&](int64_t s) {
+    MlaCache& cache = *caches[s];
+    const int64_t n_past = cache.n_tokens(d), Ts = segs[s].T, r0 = segs[s].row0;
+    cache.rows.resize(static_cast<size_t>((n_past + Ts) * row));
+    for (int64_t t = 0; t < Ts; ++t) {
+      float* r = cache.rows.data() + (n_past + t) * row;
+      const float* c = &ckv[(r0 + t) * row];
+      if (ex.fast)
+        vec::rmsnorm(c, w.kv_a_norm.data(), d.norm_eps, r, d.kv_rank);
+      else
+        ref::rmsnorm(c, d.kv_rank, w.kv_a_norm.data(), d.norm_eps, r);
+      for (int64_t j = 0; j < d.dr; ++j) r[d.kv_rank + j] = c[d.kv_rank + j];
+    }
+    const int64_t n_all = n_past + Ts;
+    const bool too_big = n_all * H * (d.dn + d.dv) * int64_t{4} > kMaxExpandedBytes;
+    const bool absorbed = mode == MlaMode::Absorbed || (mode == MlaMode::Auto && (Ts == 1 || too_big));
+    if (ex.fast)
+      mla_attend_fast(w, d, &q[r0 * H * dq], Ts, cache, n_past, absorbed, &o[r0 * H * d.dv]);
+    else
+      mla_attend_ref(w, d, &q[r0 * H * dq], Ts, cache, n_past, absorbed, scale, &o[r0 * H * d.dv]);
+  };
+  // With at least as many sequences as threads, sequences run in parallel (the per-head loops
+  // inside then run inline); the attention's results do not depend on the thread count.
+  if (ex.fast && S >= num_threads() && S > 1)
+    parallel_for(S, 1, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s) run_seq(s);
+    });
+  else
+    for (int64_t s = 0; s < S; ++s) run_seq(s);
+
   if (ex.fast) {
-    mla_attend_fast(w, d, q.data(), T, cache, n_past, absorbed, o.data());
     if (d.output_gate) vec::mul_sigmoid(gate.data(), o.data(), static_cast<int64_t>(o.size()));
     k3::matmul(*w.o_proj, o.data(), T, out);
     return;
-  }
-  std::vector<float> p(n_all), q_abs(d.kv_rank), ctx(d.kv_rank);
-  std::vector<float> kv;  // Expanded: [n_all, dn + dv] for one head
-  for (int64_t h = 0; h < H; ++h) {
-    if (!absorbed) {
-      kv.resize(static_cast<size_t>(n_all * (d.dn + d.dv)));
-      for (int64_t s = 0; s < n_all; ++s)
-        ref::matvec_rows(*w.kv_b, h * (d.dn + d.dv), d.dn + d.dv, crows + s * row,
-                         kv.data() + s * (d.dn + d.dv));
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      const float* qh = q.data() + t * H * dq + h * dq;
-      float* oh = o.data() + t * H * d.dv + h * d.dv;
-      const int64_t n_ctx = n_past + t + 1;  // causal
-      if (absorbed)
-        attend_absorbed(w, h, qh, crows, n_ctx, d, scale, p, q_abs, ctx, oh);
-      else
-        attend_expanded(qh, crows, kv.data(), n_ctx, d, scale, p, oh);
-    }
   }
   if (d.output_gate)
     for (size_t i = 0; i < o.size(); ++i) o[i] *= ref::sigmoid(gate[i]);

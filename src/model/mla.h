@@ -6,6 +6,9 @@
 // o ⊙= σ(W_g x); out = W_o o.
 // The per-token cache holds only [c (kvr), k_r (dr)].
 #pragma once
+#include <span>
+
+#include "model/seq_rows.h"
 #include <cstdint>
 #include <vector>
 
@@ -51,5 +54,15 @@ enum class MlaMode {
 void mla_forward(const MlaWeights& w, const MlaDims& dims, const float* x, int64_t T,
                  MlaCache& cache, float* out, MlaMode mode = MlaMode::Auto,
                  const ExecOptions& ex = {});
+
+/// mla_forward over a batch of sequences (mla_forward is the batch of one): x and out are
+/// [T_total, D] blocks whose rows segs[s] belong to sequence s, appended to caches[s]. The
+/// projections run once over all rows, the attention per sequence over its own cache (Auto
+/// decides per sequence). Outputs and caches are bit-identical to mla_forward on each sequence
+/// alone (tests/model/batch_test.cpp). Errors: k3::Error when segs and caches differ in count,
+/// segs do not tile [0, T_total) in order, or a cache is malformed (nothing is appended then).
+void mla_forward_batch(const MlaWeights& w, const MlaDims& dims, const float* x,
+                       std::span<const SeqRows> segs, std::span<MlaCache* const> caches, float* out,
+                       MlaMode mode = MlaMode::Auto, const ExecOptions& ex = {});
 
 }  // namespace k3

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -33,6 +34,10 @@ void SamplerParams::validate() const {
     throw Error("--min-p: expected a value in [0, 1] (0 disables), found " + num(min_p));
   if (!(repeat_penalty > 0.0f) || !std::isfinite(repeat_penalty))
     throw Error("--repeat-penalty: expected a finite value > 0 (1 disables), found " + num(repeat_penalty));
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
+    throw Error("--frequency-penalty: expected a value in [-2, 2] (0 disables), found " + num(frequency_penalty));
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
+    throw Error("--presence-penalty: expected a value in [-2, 2] (0 disables), found " + num(presence_penalty));
   if (repeat_last_n < -1)
     throw Error("--repeat-last-n: expected -1 (all), 0 (off) or a positive count, found " +
                 std::to_string(repeat_last_n));
@@ -60,14 +65,22 @@ void Sampler::accept(int32_t id) {
 double Sampler::uniform01() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 void Sampler::apply_penalty(std::vector<Cand>& c) const {
-  if (p_.repeat_penalty == 1.0f || history_.empty()) return;
-  // c is indexed by id here (called before any reordering).
-  std::unordered_set<int32_t> seen;
+  const bool additive = p_.frequency_penalty != 0.0f || p_.presence_penalty != 0.0f;
+  if ((p_.repeat_penalty == 1.0f && !additive) || history_.empty()) return;
+  // c is indexed by id here (called before any reordering). llama.cpp's penalties sampler:
+  // per distinct id of the window, the repeat penalty, then
+  // logit -= count·frequency_penalty + presence_penalty.
+  std::unordered_map<int32_t, int64_t> count;
+  for (int32_t id : history_)
+    if (id >= 0 && static_cast<std::size_t>(id) < c.size()) ++count[id];
   const double pen = p_.repeat_penalty;
   for (int32_t id : history_) {
-    if (id < 0 || static_cast<std::size_t>(id) >= c.size() || !seen.insert(id).second) continue;
+    auto it = count.find(id);
+    if (it == count.end()) continue;  // out of range, or already penalized
     double& l = c[static_cast<std::size_t>(id)].logit;
-    l = l <= 0.0 ? l * pen : l / pen;
+    if (pen != 1.0) l = l <= 0.0 ? l * pen : l / pen;
+    l -= static_cast<double>(it->second) * p_.frequency_penalty + p_.presence_penalty;
+    count.erase(it);
   }
 }
 

@@ -3,6 +3,8 @@
 //
 //   1. repeat penalty  over the distinct ids among the last `repeat_last_n` accepted ids: a
 //                      positive logit is divided by `repeat_penalty`, a negative one multiplied
+//                      then logit -= count·frequency_penalty + presence_penalty (OpenAI's
+//                      additive penalties, llama.cpp's penalty_freq / penalty_present)
 //   2. top-k           keep the k largest logits (k <= 0: keep all)
 //   3. top-p           keep the smallest prefix (by descending probability) whose probability
 //                      mass reaches p (p >= 1: keep all); at least one id is kept
@@ -33,6 +35,8 @@ struct SamplerParams {
   float top_p = 0.95f;          ///< in (0, 1]; 1 disables
   float min_p = 0.05f;          ///< in [0, 1]; 0 disables
   float repeat_penalty = 1.0f;  ///< > 0; 1 disables
+  float frequency_penalty = 0.0f;  ///< in [-2, 2]: logit -= count in the window × this (OpenAI's)
+  float presence_penalty = 0.0f;   ///< in [-2, 2]: logit -= this for ids seen in the window
   int32_t repeat_last_n = 64;   ///< window of accepted ids the penalty looks at; 0 disables, -1 = all
   uint64_t seed = 0;            ///< RNG seed (the CLI draws a random one and prints it)
 

@@ -1,0 +1,22 @@
+// Rows of a batched activation block: a forward over a batch of sequences stacks every
+// sequence's new tokens into one [T_total, D] block (so each weight matrix is read once for all
+// rows); the sublayers that carry per-sequence state (KDA, MLA) then run each sequence over its
+// own rows. Like llama.cpp's llama_batch / vLLM's flattened scheduler output.
+#pragma once
+#include <cstdint>
+#include <span>
+
+namespace k3 {
+
+/// The rows [row0, row0 + T) of a batched block that belong to one sequence, in its order.
+struct SeqRows {
+  int64_t row0 = 0;  ///< first row in the block
+  int64_t T = 0;     ///< tokens of this sequence in the block, >= 1
+};
+
+/// Total rows of a batch (the sum of T); the segments must tile [0, total) in order.
+inline int64_t total_rows(std::span<const SeqRows> segs) {
+  return segs.empty() ? 0 : segs.back().row0 + segs.back().T;
+}
+
+}  // namespace k3

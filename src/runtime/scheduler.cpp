@@ -1,0 +1,337 @@
+// Continuous batching: the engine thread's step loop (see scheduler.h).
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+
+#include "io/model_summary.h"
+#include "model/sequence_state.h"
+
+namespace k3 {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------------------------
+// SeqHandle
+
+std::optional<SeqEvent> SeqHandle::next(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (finished_) return std::nullopt;
+  if (!cv_.wait_for(lk, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  SeqEvent e = std::move(events_.front());
+  events_.pop_front();
+  if (e.done) finished_ = true;
+  return e;
+}
+
+void SeqHandle::push(SeqEvent e) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slots
+
+/// A running sequence: its request, state, sampler and progress.
+struct Scheduler::Slot {
+  SeqRequest req;
+  std::shared_ptr<SeqHandle> handle;
+  SequenceState seq;
+  Sampler sampler;
+  size_t prefilled = 0;       ///< prompt ids fed so far
+  int32_t pending = -1;       ///< the last sampled id, fed by the next step (decode phase)
+  int64_t n_generated = 0;    ///< ids sampled
+  size_t forced_pos = 0;      ///< next forced id
+  bool decoding() const { return prefilled == req.prompt.size(); }
+
+  Slot(SeqRequest r, std::shared_ptr<SeqHandle> h, SequenceState s)
+      : req(std::move(r)), handle(std::move(h)), seq(std::move(s)), sampler(req.sampling) {
+    for (int32_t id : req.prompt) sampler.accept(id);  // llama.cpp's penalty history
+  }
+};
+
+namespace {
+
+/// log-softmax of row[0, n) at `id`, and the `top` most likely ids (ties to the lower id).
+void fill_logprobs(std::span<const float> row, int32_t id, int top, SeqEvent& e) {
+  double mx = -INFINITY;
+  for (float v : row) mx = std::max(mx, static_cast<double>(v));
+  double sum = 0;
+  for (float v : row) sum += std::exp(static_cast<double>(v) - mx);
+  const double lse = mx + std::log(sum);
+  e.logprob = static_cast<float>(row[static_cast<size_t>(id)] - lse);
+  if (top <= 0) return;
+  std::vector<int32_t> idx(row.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+  const size_t k = std::min(idx.size(), static_cast<size_t>(top));
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
+    return row[a] != row[b] ? row[a] > row[b] : a < b;
+  });
+  for (size_t i = 0; i < k; ++i) e.top.push_back({idx[i], static_cast<float>(row[idx[i]] - lse)});
+}
+
+SeqEvent done_event(FinishReason why, const Scheduler::Options&, int64_t n_prompt, int64_t n_gen) {
+  SeqEvent e;
+  e.done = true;
+  e.finish = why;
+  e.n_prompt = n_prompt;
+  e.n_generated = n_gen;
+  e.time = std::chrono::steady_clock::now();
+  return e;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Scheduler
+
+Scheduler::Scheduler(const Model& model, Options opt) : model_(model), opt_(opt) {
+  if (opt_.n_parallel < 1)
+    throw Error("-np/--parallel: expected >= 1, found " + std::to_string(opt_.n_parallel));
+  if (opt_.n_ctx < 2) throw Error("-c/--ctx-size: expected >= 2, found " + std::to_string(opt_.n_ctx));
+  if (opt_.max_queue < 0) throw Error("--queue: expected >= 0, found " + std::to_string(opt_.max_queue));
+  if (opt_.step_tokens < 1)
+    throw Error("-b/--batch-size: expected >= 1 tokens per step, found " + std::to_string(opt_.step_tokens));
+  thread_ = std::thread([this] { engine_loop(); });
+}
+
+Scheduler::~Scheduler() {
+  shutdown(false);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_thread_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+uint64_t Scheduler::slot_bytes() const { return state_bytes(model_.config()).total(opt_.n_ctx); }
+
+std::shared_ptr<SeqHandle> Scheduler::submit(SeqRequest req) {
+  const int64_t V = model_.config().vocab_size;
+  const int64_t n = static_cast<int64_t>(req.prompt.size());
+  if (n == 0) throw Error("prompt: empty (expected at least 1 token)");
+  if (n >= opt_.n_ctx)
+    throw Error("prompt is " + std::to_string(n) + " tokens, the context is " + std::to_string(opt_.n_ctx) +
+                " tokens: the prompt must be shorter than the context");
+  if (req.max_tokens < 1) throw Error("max_tokens: expected >= 1, found " + std::to_string(req.max_tokens));
+  if (req.n_vocab < 0 || req.n_vocab > V)
+    throw Error("n_vocab: expected [0, " + std::to_string(V) + "], found " + std::to_string(req.n_vocab));
+  if (req.top_logprobs < -1 || req.top_logprobs > 20)
+    throw Error("top_logprobs: expected 0..20, found " + std::to_string(req.top_logprobs));
+  const int64_t nv = req.n_vocab > 0 ? req.n_vocab : V;
+  for (size_t i = 0; i < req.prompt.size(); ++i)
+    if (req.prompt[i] < 0 || req.prompt[i] >= nv)
+      throw Error("prompt: token id " + std::to_string(req.prompt[i]) + " at position " + std::to_string(i) +
+                  " outside [0, " + std::to_string(nv) + ")");
+  for (int32_t id : req.forced_ids)
+    if (id < 0 || id >= nv) throw Error("forced output: token id " + std::to_string(id) + " outside the vocabulary");
+  req.sampling.validate();
+  auto h = std::make_shared<SeqHandle>(std::chrono::steady_clock::now());
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!accepting_) throw Error("the server is shutting down");
+    if (static_cast<int64_t>(queue_.size()) >= opt_.max_queue + std::max<int64_t>(0, opt_.n_parallel - stats_.running))
+      throw QueueFullError("the queue is full (" + std::to_string(queue_.size()) + " requests waiting, --queue " +
+                           std::to_string(opt_.max_queue) + "); retry later");
+    queue_.push_back({std::move(req), h});
+    stats_.waiting = static_cast<int64_t>(queue_.size());
+  }
+  cv_.notify_all();
+  return h;
+}
+
+void Scheduler::shutdown(bool finish) {
+  std::unique_lock<std::mutex> lk(mu_);
+  accepting_ = false;
+  if (!finish) cancel_all_ = true;
+  cv_.notify_all();
+  cv_.wait(lk, [&] { return queue_.empty() && stats_.running == 0; });
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+void Scheduler::engine_loop() {
+  std::vector<std::unique_ptr<Slot>> slots;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_thread_ || !queue_.empty() || !slots.empty(); });
+      if (stop_thread_ && queue_.empty() && slots.empty()) return;
+      if (cancel_all_) {
+        for (Pending& p : queue_) {
+          p.handle->cancel();
+          p.handle->push(done_event(FinishReason::Cancelled, opt_, 0, 0));
+          ++stats_.finished_total;
+        }
+        queue_.clear();
+        for (auto& s : slots) s->handle->cancel();
+      }
+      // Admit queued requests into free slots (FIFO). A request cancelled while waiting ends here.
+      while (static_cast<int64_t>(slots.size()) < opt_.n_parallel && !queue_.empty()) {
+        Pending p = std::move(queue_.front());
+        queue_.pop_front();
+        if (p.handle->cancelled()) {
+          p.handle->push(done_event(FinishReason::Cancelled, opt_, 0, 0));
+          ++stats_.finished_total;
+          continue;
+        }
+        SequenceState seq = model_.new_sequence();
+        // The MLA caches will hold at most prompt + max_tokens rows: reserve them now (no
+        // reallocation copies mid-generation; pages are touched only as rows are written).
+        const int64_t rows = std::min<int64_t>(opt_.n_ctx, static_cast<int64_t>(p.req.prompt.size()) + p.req.max_tokens);
+        for (LayerState& ls : seq.impl->layers)
+          if (ls.kind == AttnKind::MLA) ls.mla.rows.reserve(static_cast<size_t>(rows * ls.mla_dims.row()));
+        slots.push_back(std::make_unique<Slot>(std::move(p.req), std::move(p.handle), std::move(seq)));
+      }
+      stats_.waiting = static_cast<int64_t>(queue_.size());
+      stats_.running = static_cast<int64_t>(slots.size());
+      if (slots.empty()) {
+        cv_.notify_all();  // shutdown() may be waiting for the queue to drain
+        continue;
+      }
+    }
+    step(slots);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stats_.running = static_cast<int64_t>(slots.size());
+      uint64_t bytes = 0;
+      for (const auto& s : slots) bytes += s->seq.bytes();
+      stats_.state_bytes = bytes;
+    }
+    cv_.notify_all();
+  }
+}
+
+void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
+  uint64_t n_finished = 0, n_prompt_fed = 0, n_sampled = 0;
+  auto finish = [&](size_t i, SeqEvent e) {
+    slots[i]->handle->push(std::move(e));
+    slots[i].reset();
+    ++n_finished;
+  };
+  // 1. Cancellations seen since the last step free their slots.
+  for (size_t i = 0; i < slots.size(); ++i)
+    if (slots[i]->handle->cancelled())
+      finish(i, done_event(FinishReason::Cancelled, opt_, static_cast<int64_t>(slots[i]->prefilled),
+                           slots[i]->n_generated));
+  std::erase(slots, nullptr);
+
+  // 2. The batch: every decoding sequence's pending id, then prompt pieces under the budget.
+  // A piece starts at a multiple of prefill_chunk from the prompt start and is cut by
+  // forward_batch into prefill_chunk pieces, exactly as a lone prefill of the prompt is.
+  const int64_t chunk = model_.options().prefill_chunk;
+  int64_t budget = opt_.step_tokens;
+  std::vector<BatchEntry> batch;
+  std::vector<size_t> who;
+  bool any_prefill = false;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Slot& s = *slots[i];
+    if (!s.decoding()) continue;
+    batch.push_back({&s.seq, std::span<const int32_t>(&s.pending, 1), BatchLogits::Last});
+    who.push_back(i);
+    --budget;
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Slot& s = *slots[i];
+    if (s.decoding()) continue;
+    const int64_t remaining = static_cast<int64_t>(s.req.prompt.size() - s.prefilled);
+    int64_t n = remaining <= budget ? remaining : (std::max<int64_t>(budget, 0) / chunk) * chunk;
+    // Prefill always progresses: the first prefilling sequence gets a piece even when the
+    // decode rows took the whole budget.
+    if (n == 0 && !any_prefill) n = std::min(chunk, remaining);
+    if (n == 0) continue;
+    const bool last = n == remaining;
+    batch.push_back({&s.seq, std::span<const int32_t>(s.req.prompt).subspan(s.prefilled, static_cast<size_t>(n)),
+                     last ? BatchLogits::Last : BatchLogits::None});
+    who.push_back(i);
+    budget -= n;
+    any_prefill = true;
+  }
+  if (batch.empty()) return;
+
+  // 3. One forward for the whole batch.
+  std::vector<std::vector<float>> logits;
+  try {
+    logits = model_.forward_batch(batch);
+  } catch (const std::exception& ex) {
+    for (size_t i : who) {
+      SeqEvent e = done_event(FinishReason::Error, opt_, static_cast<int64_t>(slots[i]->prefilled),
+                              slots[i]->n_generated);
+      e.error = ex.what();
+      finish(i, std::move(e));
+    }
+    std::erase(slots, nullptr);
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.finished_total += n_finished;
+    ++stats_.steps_total;
+    return;
+  }
+
+  // 4. Sample for every sequence that produced logits; stream the id or end the sequence.
+  for (size_t b = 0; b < batch.size(); ++b) {
+    Slot& s = *slots[who[b]];
+    if (!s.decoding()) {
+      s.prefilled += batch[b].tokens.size();
+      n_prompt_fed += batch[b].tokens.size();
+    }
+    if (logits[b].empty()) continue;
+    const int64_t V = model_.config().vocab_size;
+    const int64_t nv = s.req.n_vocab > 0 ? s.req.n_vocab : V;
+    const std::span<const float> row(logits[b].data(), static_cast<size_t>(nv));
+    SeqEvent e;
+    try {
+      e.id = s.forced_pos < s.req.forced_ids.size() ? s.req.forced_ids[s.forced_pos++] : s.sampler.sample(row);
+      if (s.req.top_logprobs >= 0) fill_logprobs(row, e.id, s.req.top_logprobs, e);
+    } catch (const std::exception& ex) {  // e.g. no finite logit
+      SeqEvent d = done_event(FinishReason::Error, opt_, static_cast<int64_t>(s.prefilled), s.n_generated);
+      d.error = ex.what();
+      finish(who[b], std::move(d));
+      continue;
+    }
+    s.sampler.accept(e.id);
+    ++s.n_generated;
+    ++n_sampled;
+    e.time = std::chrono::steady_clock::now();
+    const int64_t n_prompt = static_cast<int64_t>(s.req.prompt.size());
+    if (std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), e.id) != s.req.stop_ids.end()) {
+      SeqEvent d = done_event(FinishReason::Stop, opt_, n_prompt, s.n_generated);
+      d.stop_id = e.id;
+      d.logprob = e.logprob;
+      d.top = std::move(e.top);
+      finish(who[b], std::move(d));
+      continue;
+    }
+    const int32_t id = e.id;
+    s.handle->push(std::move(e));
+    // generate()'s order: the id is streamed, then the context and the length limits end it.
+    if (s.n_generated >= s.req.max_tokens || s.seq.n_past() + 1 >= opt_.n_ctx) {
+      finish(who[b], done_event(FinishReason::Length, opt_, n_prompt, s.n_generated));
+      continue;
+    }
+    s.pending = id;
+  }
+  std::erase(slots, nullptr);
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.finished_total += n_finished;
+  stats_.prompt_tokens_total += n_prompt_fed;
+  stats_.generated_tokens_total += n_sampled;
+  ++stats_.steps_total;
+}
+
+}  // namespace k3

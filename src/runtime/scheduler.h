@@ -1,0 +1,165 @@
+// k3::Scheduler — continuous batching over one k3::Model (the serving loop of `k3 serve`).
+//
+// Requests wait in a bounded FIFO queue; up to `n_parallel` of them run at once, each in a slot
+// that owns its SequenceState (KDA state + conv window + MLA latent cache) and its Sampler. One
+// engine thread repeats a step: every running sequence that is decoding contributes its pending
+// id, prefilling sequences contribute prompt pieces under a per-step token budget, and the whole
+// step is ONE Model::forward_batch call (each weight matrix read once for all rows). Then every
+// sequence that produced logits samples its next id and streams it to its handle.
+//
+// Batch invariance: a sequence's prompt is cut into the same pieces as a lone
+// Model::forward/prefill call cuts it (ModelOptions::prefill_chunk from the start of the prompt),
+// and every batched kernel computes a row as it would alone, so a request's ids do not depend on
+// what else runs (tests/runtime/test_scheduler.cpp checks bit-identical logits and ids).
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "model/k3_model.h"
+#include "runtime/generator.h"
+#include "runtime/sampler.h"
+
+namespace k3 {
+
+/// One generation request, as the runtime sees it (the server translates HTTP into this).
+struct SeqRequest {
+  std::vector<int32_t> prompt;       ///< ids to prefill, >= 1 (with [BOS] etc. already in place)
+  SamplerParams sampling;            ///< validated by submit()
+  int64_t max_tokens = 128;          ///< ids to sample at most, >= 1 (stop ids included)
+  std::vector<int32_t> stop_ids;     ///< sampled ids that end the sequence (finish "stop")
+  int64_t n_vocab = 0;               ///< sample only ids [0, n_vocab) (the tokenizer's); 0 = all
+  /// -1: no logprobs; 0..20: each event carries the chosen id's log-probability and this many
+  /// most likely alternatives (log-softmax of the raw logits, before penalties/temperature).
+  int top_logprobs = -1;
+  /// Test-only (`k3 serve --test-forced-output`): emit these ids in order instead of sampling
+  /// (the forward still runs), then sample as usual. Stop ids among them end the sequence.
+  std::vector<int32_t> forced_ids;
+};
+
+/// Why a sequence ended.
+enum class FinishReason { Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);  ///< "stop", "length", "cancelled", "error"
+
+/// One streamed event of a sequence: a sampled id, or the end.
+struct SeqEvent {
+  bool done = false;         ///< true: the last event; `finish` (and `error`) say why
+  int32_t id = -1;           ///< sampled id (when !done); a stop id is reported only as finish
+  float logprob = 0;         ///< log p(id) when top_logprobs >= 0
+  std::vector<std::pair<int32_t, float>> top;  ///< [top_logprobs] (id, log p), most likely first
+  FinishReason finish = FinishReason::Stop;
+  int32_t stop_id = -1;      ///< the stop id when finish == Stop by a stop id
+  std::string error;         ///< when finish == Error
+  int64_t n_prompt = 0;      ///< on the last event: prompt ids prefilled
+  int64_t n_generated = 0;   ///< on the last event: ids sampled (a final stop id included)
+  std::chrono::steady_clock::time_point time;  ///< when the engine produced the event
+};
+
+/// The caller's end of one submitted request. Thread-safe: the engine pushes, the caller pops.
+class SeqHandle {
+ public:
+  /// Waits up to `timeout` for the next event; nullopt on timeout. After the `done` event,
+  /// returns nullopt at once.
+  std::optional<SeqEvent> next(std::chrono::milliseconds timeout);
+  /// Asks the engine to end the sequence (client gone, stop string matched): it frees the slot
+  /// at its next step and sends a done event with FinishReason::Cancelled. Idempotent.
+  void cancel() { cancel_.store(true); }
+  bool cancelled() const { return cancel_.load(); }
+  std::chrono::steady_clock::time_point submitted() const { return submitted_; }
+
+  // Engine side.
+  void push(SeqEvent e);
+  explicit SeqHandle(std::chrono::steady_clock::time_point t) : submitted_(t) {}
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<SeqEvent> events_;
+  bool finished_ = false;  ///< the done event was popped
+  std::atomic<bool> cancel_{false};
+  std::chrono::steady_clock::time_point submitted_;
+};
+
+/// Counters and gauges for /metrics and the start-up report.
+struct SchedulerStats {
+  int64_t running = 0;              ///< sequences in slots
+  int64_t waiting = 0;              ///< requests queued
+  uint64_t state_bytes = 0;         ///< bytes held by the running sequences' states
+  uint64_t prompt_tokens_total = 0; ///< prompt ids prefilled
+  uint64_t generated_tokens_total = 0;  ///< ids sampled
+  uint64_t steps_total = 0;         ///< forward_batch calls
+  uint64_t finished_total = 0;      ///< sequences ended (any reason)
+};
+
+/// Thrown by submit() when the queue is full (the server answers 429).
+struct QueueFullError : Error {
+  using Error::Error;
+};
+
+class Scheduler {
+ public:
+  struct Options {
+    int64_t n_parallel = 4;     ///< sequences decoded together (slots), >= 1
+    int64_t n_ctx = 4096;       ///< context per sequence (prompt + generated), >= 2
+    int64_t max_queue = 64;     ///< requests waiting beyond the slots; submit() throws past it
+    /// Tokens per engine step (decode ids + prefill pieces), >= 1. A prefill piece is at most
+    /// the model's prefill_chunk; one piece is always admitted so a step makes progress.
+    int64_t step_tokens = 512;
+  };
+
+  /// Starts the engine thread. The model must outlive the scheduler.
+  /// Errors: k3::Error naming the option for a value out of range.
+  Scheduler(const Model& model, Options opt);
+  /// Cancels everything (as shutdown(false)) and joins the engine thread.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// Queues a request. Errors (k3::Error, nothing queued): empty prompt, max_tokens < 1, a
+  /// prompt that does not fit (prompt.size() >= n_ctx: "prompt is N tokens, the context is M"),
+  /// an id outside the vocabulary, invalid sampling; QueueFullError when max_queue requests
+  /// already wait; k3::Error after shutdown().
+  std::shared_ptr<SeqHandle> submit(SeqRequest req);
+
+  /// Stops accepting; finish = true lets running and queued sequences complete, false cancels
+  /// them. Returns once every sequence has ended (the engine thread keeps running idle).
+  void shutdown(bool finish);
+
+  SchedulerStats stats() const;
+  const Options& options() const { return opt_; }
+  /// Upper bound of the state bytes of one sequence at n_ctx tokens (KDA + conv + MLA cache).
+  uint64_t slot_bytes() const;
+
+ private:
+  struct Slot;
+  struct Pending {
+    SeqRequest req;
+    std::shared_ptr<SeqHandle> handle;
+  };
+  void engine_loop();
+  void step(std::vector<std::unique_ptr<Slot>>& slots);
+
+  const Model& model_;
+  Options opt_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;
+  bool accepting_ = true;
+  bool stop_thread_ = false;
+  bool cancel_all_ = false;
+  SchedulerStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace k3
