@@ -60,6 +60,35 @@ TEST(Sampler, RepeatPenaltyDividesPositiveMultipliesNegative) {
   EXPECT_EQ(s.sample(std::vector<float>{4.1f, 2.0f, -1.0f}), 0);
 }
 
+TEST(Sampler, FrequencyAndPresencePenaltiesSubtractPerCountAndOnce) {
+  // OpenAI's additive penalties: logit -= count·frequency + (count > 0)·presence, over the window.
+  auto p = params(0.0f, 0, 1.0f, 0.0f);
+  p.frequency_penalty = 0.5f;
+  p.repeat_last_n = -1;
+  k3::Sampler s(p);
+  s.accept(0);
+  s.accept(0);
+  s.accept(1);
+  // id 0: 3.0 - 2·0.5 = 2.0; id 1: 2.6 - 0.5 = 2.1; id 2: 1.9 => picks 1
+  EXPECT_EQ(s.sample(std::vector<float>{3.0f, 2.6f, 1.9f}), 1);
+  // id 0: 3.0 - 1.0 = 2.0 > id 1: 2.4 - 0.5 = 1.9 => picks 0
+  EXPECT_EQ(s.sample(std::vector<float>{3.0f, 2.4f, 1.9f}), 0);
+  p.frequency_penalty = 0.0f;
+  p.presence_penalty = 1.5f;
+  k3::Sampler q(p);
+  q.accept(0);
+  q.accept(0);
+  // presence counts once: 3.0 - 1.5 = 1.5 < 1.6
+  EXPECT_EQ(q.sample(std::vector<float>{3.0f, 1.6f}), 1);
+  EXPECT_EQ(q.sample(std::vector<float>{3.0f, 1.4f}), 0);
+  // negative penalties raise the logit; out-of-range values name the flag
+  p.presence_penalty = -2.5f;
+  EXPECT_THROW(k3::Sampler{p}, k3::Error);
+  p.presence_penalty = 0.0f;
+  p.frequency_penalty = NAN;
+  EXPECT_THROW(k3::Sampler{p}, k3::Error);
+}
+
 TEST(Sampler, SameSeedSameStreamDifferentSeedDifferentStream) {
   std::vector<float> logits(50);
   for (int i = 0; i < 50; ++i) logits[i] = std::sin(i * 0.7f);

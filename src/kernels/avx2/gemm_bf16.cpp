@@ -253,8 +253,23 @@ constexpr PanelFn kPanelMicro[kTB] = {panel_micro<1>, panel_micro<2>, panel_micr
 // the benchmark's "previous version"). Not part of the KernelTable.
 void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
                       int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  // Every output is summed in K blocks of 1024 (one horizontal sum per block, blocks added in
+  // order), whatever T: a token's outputs are then the same bits alone (decode, T == 1) as in a
+  // batch of any size (continuous batching; tests/kernels/batch_invariance_test.cpp). T == 1
+  // walks each group of rows through all its K blocks before the next group: rows stream in order.
+  if (t == 1) {
+    for (int64_t r = r0; r < r1; r += kR) {
+      const int64_t rn = r1 - r < kR ? r1 - r : kR;
+      for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += 1024) {
+        const int64_t kn = k - k0 < 1024 ? k - k0 : 1024;
+        kMicro[rn - 1][0](w + r * ldw + k0, ldw, x + k0, ldx, kn, y + r, ldy, k0 > 0);
+        if (k == 0) break;
+      }
+    }
+    return;
+  }
   const int64_t tile_t = 48;
-  const int64_t kc = t == 1 ? k : 1024;
+  const int64_t kc = 1024;
   for (int64_t t0 = 0; t0 < t; t0 += tile_t) {
     const int64_t tn = t - t0 < tile_t ? t - t0 : tile_t;
     for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += kc) {

@@ -2,7 +2,7 @@
 // Same structure as the AVX2 kernel with 16 lanes: bf16 -> fp32 by vpmovzxwd + vpslld, fp32
 // FMA, register block 4 rows x 4 tokens (16 accumulators of 32 registers), masked tails (no
 // scalar remainder loop). Tokens tiled by 48, K blocked by 1024 for T > 1.
-// Opt-in (K3_BF16_DOT=1), prefill (T >= 4) uses AVX512_BF16 instead: each 48-token x 1024 tile of X is rounded once to
+// Opt-in (K3_BF16_DOT=1), every T (decode too, so batching changes no bit) uses AVX512_BF16 instead: each 48-token x 1024 tile of X is rounded once to
 // bf16 (RNE, vcvtne2ps2bf16) and vdpbf16ps multiplies 32 weight/activation pairs per instruction
 // with fp32 accumulation (2x the FMA path's multiplies per instruction, no bf16->fp32 widening).
 // Error: the activation rounding, |err| <= 2^-8·Σ|w·x| (bound tested in gemm_bf16_test.cpp).
@@ -145,7 +145,7 @@ bool bf16_dot_enabled() {
 
 void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
                float* y, int64_t ldy, int64_t r0, int64_t r1) {
-  if (t >= 4 && bf16_dot_enabled())
+  if (bf16_dot_enabled())  // every T, so that a token's bits do not depend on its batch
     gemm_dp(w, ldw, k, x, ldx, t, y, ldy, r0, r1);
   else
     gemm_fma(w, ldw, k, x, ldx, t, y, ldy, r0, r1);
@@ -155,8 +155,23 @@ namespace {
 
 void gemm_fma(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
                float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  // Every output is summed in K blocks of 1024 (one horizontal sum per block, blocks added in
+  // order), whatever T: a token's outputs are then the same bits alone (decode, T == 1) as in a
+  // batch of any size (continuous batching; tests/kernels/batch_invariance_test.cpp). T == 1
+  // walks each group of rows through all its K blocks before the next group: rows stream in order.
+  if (t == 1) {
+    for (int64_t r = r0; r < r1; r += kR) {
+      const int64_t rn = r1 - r < kR ? r1 - r : kR;
+      for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += 1024) {
+        const int64_t kn = k - k0 < 1024 ? k - k0 : 1024;
+        kMicro[rn - 1][0](w + r * ldw + k0, ldw, x + k0, ldx, kn, y + r, ldy, k0 > 0);
+        if (k == 0) break;
+      }
+    }
+    return;
+  }
   const int64_t tile_t = 48;
-  const int64_t kc = t == 1 ? k : 1024;
+  const int64_t kc = 1024;
   for (int64_t t0 = 0; t0 < t; t0 += tile_t) {
     const int64_t tn = t - t0 < tile_t ? t - t0 : tile_t;
     for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += kc) {

@@ -1,0 +1,78 @@
+// k3_bench_gemm_tokens — the weight GEMMs of batched decode: time of one product with a K3-width
+// weight for T = 1, 2, 4, ... tokens (T = concurrent streams in a decode step), as GB/s of weight
+// read and GFLOP/s. Decode batching pays while the time stays near the T = 1 (bandwidth) time.
+//   k3_bench_gemm_tokens [--tokens 1,2,4,8,16,32] [--reps 5] [--threads N]
+// Shapes: bf16 KDA q_proj [12288, 7168] (176 MB) and 24 distinct MXFP4 expert w1 [3072, 3584]
+// (int8 path, 140 MB) so DRAM, not cache, is read.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/dispatch.h"
+#include "kernels/ops.h"
+#include "kernels/threads.h"
+
+namespace {
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::vector<int64_t> tokens = {1, 2, 4, 8, 16, 32};
+  int reps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--tokens") {
+      tokens.clear();
+      std::stringstream ss(v);
+      std::string it;
+      while (std::getline(ss, it, ',')) tokens.push_back(std::stoll(it));
+    } else if (a == "--reps") reps = std::stoi(v);
+    else if (a == "--threads") k3::set_num_threads(std::stoi(v));
+    else throw k3::Error("unknown flag " + a);
+  }
+  std::mt19937 rng(1);
+  const int64_t R = 12288, K = 7168;
+  std::vector<uint16_t> w(static_cast<size_t>(R * K));
+  for (auto& b : w) b = static_cast<uint16_t>(0x3c00 + (rng() & 0x7f) + ((rng() & 1) << 15));
+  const int64_t E = 24, ER = 3072, EK = 3584;
+  std::vector<uint8_t> packed(static_cast<size_t>(E * ER * EK / 2)), scale(static_cast<size_t>(E * ER * EK / 32));
+  for (auto& b : packed) b = static_cast<uint8_t>(rng());
+  for (auto& b : scale) b = static_cast<uint8_t>(118 + rng() % 3);
+  const int64_t Tmax = *std::max_element(tokens.begin(), tokens.end());
+  std::vector<float> x(static_cast<size_t>(Tmax * K)), y(static_cast<size_t>(Tmax * R));
+  for (auto& v : x) v = static_cast<float>(rng() % 1000) / 1000.0f - 0.5f;
+  std::printf("ISA %s | threads %d\n", k3::isa_name(k3::active_isa()), k3::num_threads());
+  std::printf("| T | bf16 [12288,7168] ms | GB/s | GFLOP/s | MXFP4 24x[3072,3584] ms | GB/s | GFLOP/s |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (int64_t T : tokens) {
+    std::vector<double> tb, tm;
+    for (int r = 0; r < reps; ++r) {
+      double t0 = now_s();
+      k3::matmul_bf16_raw(w.data(), R, K, K, x.data(), T, y.data(), "bench");
+      tb.push_back(now_s() - t0);
+      t0 = now_s();
+      for (int64_t e = 0; e < E; ++e) {
+        k3::Mxfp4Matrix m{packed.data() + e * ER * EK / 2, scale.data() + e * ER * EK / 32, ER, EK};
+        k3::matmul_mxfp4(m, x.data(), T, y.data(), k3::Mxfp4Path::Int8, "bench");
+      }
+      tm.push_back(now_s() - t0);
+    }
+    const double b = median(tb), m = median(tm);
+    const double wb = static_cast<double>(R * K * 2), wm = static_cast<double>(E * ER * EK) * (0.5 + 1.0 / 32);
+    std::printf("| %lld | %.2f | %.1f | %.1f | %.2f | %.1f | %.1f |\n", static_cast<long long>(T), b * 1e3, wb / b / 1e9,
+                2.0 * R * K * T / b / 1e9, m * 1e3, wm / m / 1e9, 2.0 * E * ER * EK * T / m / 1e9);
+    std::fflush(stdout);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "k3_bench_gemm_tokens: %s\n", e.what());
+  return 1;
+}
