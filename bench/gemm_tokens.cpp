@@ -17,6 +17,10 @@
 #include "kernels/ops.h"
 #include "kernels/threads.h"
 
+#if defined(__x86_64__)
+#include "kernels/avx512/avx512_kernels.h"
+#endif
+
 namespace {
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 double median(std::vector<double> v) {
@@ -51,9 +55,14 @@ int main(int argc, char** argv) try {
   std::vector<float> x(static_cast<size_t>(Tmax * K)), y(static_cast<size_t>(Tmax * R));
   for (auto& v : x) v = static_cast<float>(rng() % 1000) / 1000.0f - 0.5f;
   std::printf("ISA %s | threads %d\n", k3::isa_name(k3::active_isa()), k3::num_threads());
-  std::printf("| T | bf16 [12288,7168] ms | GB/s | GFLOP/s | MXFP4 24x[3072,3584] ms | GB/s | GFLOP/s |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+  // On AVX-512 CPUs the previous MXFP4 kernel (per-row VNNI, k3::avx512::gemm_mxfp4_q8_rowwise) is
+  // timed in the same loop, single call per matrix and row range as the dispatched one (1 thread).
+  const bool prev = k3::active_isa() == k3::Isa::Avx512;
+  std::printf("| T | bf16 [12288,7168] ms | GB/s | GFLOP/s | MXFP4 24x[3072,3584] ms | GB/s | GFLOP/s |%s\n|---:|---:|---:|---:|---:|---:|---:|%s\n",
+              prev ? " previous AVX-512 MXFP4 ms (1 thread) |" : "", prev ? "---:|" : "");
+  k3::Q8Activations xq;
   for (int64_t T : tokens) {
-    std::vector<double> tb, tm;
+    std::vector<double> tb, tm, tp;
     for (int r = 0; r < reps; ++r) {
       double t0 = now_s();
       k3::matmul_bf16_raw(w.data(), R, K, K, x.data(), T, y.data(), "bench");
@@ -64,11 +73,23 @@ int main(int argc, char** argv) try {
         k3::matmul_mxfp4(m, x.data(), T, y.data(), k3::Mxfp4Path::Int8, "bench");
       }
       tm.push_back(now_s() - t0);
+#if defined(__x86_64__)
+      if (prev) {
+        k3::quantize_q8(x.data(), T, EK, xq);
+        t0 = now_s();
+        for (int64_t e = 0; e < E; ++e)
+          k3::avx512::gemm_mxfp4_q8_rowwise(packed.data() + e * ER * EK / 2, scale.data() + e * ER * EK / 32, EK,
+                                            xq.q.data(), xq.s.data(), T, y.data(), ER, 0, ER);
+        tp.push_back(now_s() - t0);
+      }
+#endif
     }
     const double b = median(tb), m = median(tm);
     const double wb = static_cast<double>(R * K * 2), wm = static_cast<double>(E * ER * EK) * (0.5 + 1.0 / 32);
-    std::printf("| %lld | %.2f | %.1f | %.1f | %.2f | %.1f | %.1f |\n", static_cast<long long>(T), b * 1e3, wb / b / 1e9,
+    std::printf("| %lld | %.2f | %.1f | %.1f | %.2f | %.1f | %.1f |", static_cast<long long>(T), b * 1e3, wb / b / 1e9,
                 2.0 * R * K * T / b / 1e9, m * 1e3, wm / m / 1e9, 2.0 * E * ER * EK * T / m / 1e9);
+    if (prev) std::printf(" %.2f |", median(tp) * 1e3);
+    std::printf("\n");
     std::fflush(stdout);
   }
   return 0;

@@ -8,6 +8,10 @@ void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_
                float* y, int64_t ldy, int64_t r0, int64_t r1);
 void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
                    const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+/// The per-row VNNI kernel (4 tokens per decoded row; FMA per pair of blocks): the previous
+/// gemm_mxfp4_q8, kept for k3_bench_gemm_tokens. Not in the KernelTable.
+void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
+                           const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x,
                     int64_t ldx, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 }  // namespace k3::avx512
