@@ -143,6 +143,7 @@ std::shared_ptr<SeqHandle> Scheduler::submit(SeqRequest req) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!accepting_) throw Error("the server is shutting down");
+    drop_cancelled_locked();  // a client that left while queued does not hold a place
     if (static_cast<int64_t>(queue_.size()) >= opt_.max_queue + std::max<int64_t>(0, opt_.n_parallel - stats_.running))
       throw QueueFullError("the queue is full (" + std::to_string(queue_.size()) + " requests waiting, --queue " +
                            std::to_string(opt_.max_queue) + "); retry later");
@@ -166,6 +167,19 @@ SchedulerStats Scheduler::stats() const {
   return stats_;
 }
 
+void Scheduler::drop_cancelled_locked() {
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->handle->cancelled()) {
+      it->handle->push(done_event(FinishReason::Cancelled, opt_, 0, 0));
+      ++stats_.finished_total;
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  stats_.waiting = static_cast<int64_t>(queue_.size());
+}
+
 void Scheduler::engine_loop() {
   std::vector<std::unique_ptr<Slot>> slots;
   for (;;) {
@@ -182,22 +196,28 @@ void Scheduler::engine_loop() {
         queue_.clear();
         for (auto& s : slots) s->handle->cancel();
       }
-      // Admit queued requests into free slots (FIFO). A request cancelled while waiting ends here.
+      // Requests cancelled while waiting (client gone) end here, wherever they are in the queue.
+      drop_cancelled_locked();
+      // Admit queued requests into free slots (FIFO).
       while (static_cast<int64_t>(slots.size()) < opt_.n_parallel && !queue_.empty()) {
         Pending p = std::move(queue_.front());
         queue_.pop_front();
-        if (p.handle->cancelled()) {
-          p.handle->push(done_event(FinishReason::Cancelled, opt_, 0, 0));
+        try {
+          SequenceState seq = model_.new_sequence();
+          // The MLA caches will hold at most prompt + max_tokens rows (and never more than the
+          // context): reserve them now, so that no row copy happens mid-generation; pages are
+          // touched only as rows are written.
+          const int64_t n_prompt = static_cast<int64_t>(p.req.prompt.size());
+          const int64_t rows = n_prompt + std::min<int64_t>(p.req.max_tokens, opt_.n_ctx - n_prompt);
+          for (LayerState& ls : seq.impl->layers)
+            if (ls.kind == AttnKind::MLA) ls.mla.rows.reserve(static_cast<size_t>(rows * ls.mla_dims.row()));
+          slots.push_back(std::make_unique<Slot>(std::move(p.req), p.handle, std::move(seq)));
+        } catch (const std::exception& ex) {  // e.g. out of memory: this request fails, the rest go on
+          SeqEvent e = done_event(FinishReason::Error, opt_, 0, 0);
+          e.error = std::string("could not start the sequence: ") + ex.what();
+          p.handle->push(std::move(e));
           ++stats_.finished_total;
-          continue;
         }
-        SequenceState seq = model_.new_sequence();
-        // The MLA caches will hold at most prompt + max_tokens rows: reserve them now (no
-        // reallocation copies mid-generation; pages are touched only as rows are written).
-        const int64_t rows = std::min<int64_t>(opt_.n_ctx, static_cast<int64_t>(p.req.prompt.size()) + p.req.max_tokens);
-        for (LayerState& ls : seq.impl->layers)
-          if (ls.kind == AttnKind::MLA) ls.mla.rows.reserve(static_cast<size_t>(rows * ls.mla_dims.row()));
-        slots.push_back(std::make_unique<Slot>(std::move(p.req), std::move(p.handle), std::move(seq)));
       }
       stats_.waiting = static_cast<int64_t>(queue_.size());
       stats_.running = static_cast<int64_t>(slots.size());

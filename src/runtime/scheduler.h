@@ -148,6 +148,8 @@ class Scheduler {
     std::shared_ptr<SeqHandle> handle;
   };
   void engine_loop();
+  /// Ends every queued request whose handle was cancelled (caller holds mu_).
+  void drop_cancelled_locked();
   void step(std::vector<std::unique_ptr<Slot>>& slots);
 
   const Model& model_;

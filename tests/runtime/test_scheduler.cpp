@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
@@ -199,6 +200,38 @@ TEST(Scheduler, CancelFreesTheSlotAndQueueLimitRefuses) {
   for (int i = 0; i < 100 && sched.stats().running + sched.stats().waiting > 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(sched.stats().running, 0);
   EXPECT_EQ(sched.stats().waiting, 0);
+}
+
+TEST(Scheduler, CancelWhileQueuedFreesTheQueuePlaceAtOnce) {
+  k3::Scheduler::Options so;
+  so.n_parallel = 1;
+  so.max_queue = 1;
+  k3::Scheduler sched(*mini().model, so);
+  auto busy = request(4, 6, 1 << 20, 0.8f);
+  busy.stop_ids.clear();
+  auto h1 = sched.submit(busy);
+  ASSERT_TRUE(h1->next(30s).has_value());  // running: the slot is taken
+  auto h2 = sched.submit(request(4, 7, 2, 0.0f));  // waits
+  EXPECT_THROW(sched.submit(request(4, 8, 2, 0.0f)), k3::QueueFullError);
+  h2->cancel();  // its client left while it waited
+  auto h3 = sched.submit(request(4, 8, 2, 0.0f));  // takes the freed place, no 429
+  EXPECT_EQ(drain(*h2).finish, k3::FinishReason::Cancelled);
+  h1->cancel();
+  const Outcome o3 = drain(*h3);
+  EXPECT_EQ(o3.error, "");
+  EXPECT_EQ(o3.ids, alone(request(4, 8, 2, 0.0f), 4096).ids);
+}
+
+TEST(Scheduler, HugeMaxTokensIsBoundedByTheContext) {
+  k3::Scheduler::Options so;
+  so.n_ctx = 40;
+  k3::Scheduler sched(*mini().model, so);
+  auto r = request(8, 9, INT64_MAX, 0.0f);
+  r.stop_ids.clear();
+  const Outcome o = drain(*sched.submit(r));
+  EXPECT_EQ(o.error, "");
+  EXPECT_EQ(o.finish, k3::FinishReason::Length);
+  EXPECT_EQ(o.ids.size(), 32u);  // 8 prompt + 31 fed + the pending one fill 40
 }
 
 TEST(Scheduler, BadRequestsAreRefusedAtSubmit) {
