@@ -9,11 +9,19 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 namespace k3 {
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // The type is checked before open(): open() on a FIFO blocks until a writer appears.
+  struct stat pre {};
+  if (::stat(path.c_str(), &pre) != 0) throw Error(path.string() + ": cannot open: " + std::strerror(errno));
+  if (!S_ISREG(pre.st_mode))
+    throw Error(path.string() + ": is a " + file_type_name(pre.st_mode) + ", expected a regular file");
+  // O_NONBLOCK: should the path become a FIFO after the stat, open() returns at once (and the
+  // fstat below refuses it); it changes nothing for a regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path.string() + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -23,7 +31,7 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(path.string() + ": not a regular file");
+    throw Error(path.string() + ": is a " + file_type_name(st.st_mode) + ", expected a regular file");
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {

@@ -11,7 +11,8 @@ namespace k3 {
 class MappedFile {
  public:
   /// Maps `path` read-only. Throws k3::Error("<path>: cannot open: <strerror>") when the file
-  /// cannot be opened, stat'ed or mapped. An empty file maps to an empty span.
+  /// cannot be opened, stat'ed or mapped, and "<path>: is a FIFO (named pipe), expected a regular
+  /// file" (checked before open(), which would block on a FIFO). An empty file maps to an empty span.
   explicit MappedFile(const std::filesystem::path& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;

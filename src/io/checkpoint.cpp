@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "io/json_util.h"
 #include "io/safetensors.h"
 #include "io/tensor_table.h"
@@ -34,11 +35,9 @@ std::string dtypes_str(const std::vector<DType>& v) {
 }
 
 std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw Error(p.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  ReadLimits lim;
+  lim.max_bytes = kMetadataFileLimit;
+  return read_file_bounded(p, p.filename().string(), lim);
 }
 
 bool ends_with(const std::string& s, std::string_view suf) {
@@ -111,7 +110,7 @@ class IndexSax {
 
 class CheckpointImpl final : public Checkpoint {
  public:
-  explicit CheckpointImpl(const fs::path& dir) : dir_(dir) {
+  CheckpointImpl(const fs::path& dir, const CheckpointOptions& options) : dir_(dir), options_(options) {
     const fs::path cfg = dir / "config.json";
     if (!fs::exists(cfg)) throw Error(dir.string() + ": no config.json in checkpoint directory");
     config_ = load_config(cfg);
@@ -147,8 +146,9 @@ class CheckpointImpl final : public Checkpoint {
 
  private:
   void add_file(const std::string& fname) {
-    auto f = std::make_unique<SafetensorsFile>(dir_ / fname);
+    auto f = std::make_unique<SafetensorsFile>(dir_ / fname, options_.map_data);
     for (const auto& e : f->header().entries) {
+      offsets_.push_back(e.offset);
       TensorView v;
       v.name = e.name;
       v.dtype = e.dtype;
@@ -260,9 +260,11 @@ class CheckpointImpl final : public Checkpoint {
     if (s.zero_padded && v.shape[0] > s.shape[0] && v.dtype == DType::F32) {
       int64_t inner = 1;
       for (size_t d = 1; d < v.shape.size(); ++d) inner *= v.shape[d];
-      for (int64_t i = s.shape[0] * inner; i < v.numel(); ++i) {
+      const int64_t first_pad = s.shape[0] * inner;
+      const std::vector<uint8_t> pad = read_bytes(v, static_cast<uint64_t>(first_pad) * 4, v.nbytes - static_cast<uint64_t>(first_pad) * 4);
+      for (int64_t i = first_pad; i < v.numel(); ++i) {
         float x;
-        std::memcpy(&x, v.data + i * 4, 4);
+        std::memcpy(&x, pad.data() + (i - first_pad) * 4, 4);
         if (!(x == 0.0f))
           throw Error(where(v) + ": " + std::string(ends_with(s.name, "A_log") ? "A_log" : "tensor") +
                       " padding entries must be zero; found " + std::to_string(x) + " at index " +
@@ -320,7 +322,24 @@ class CheckpointImpl final : public Checkpoint {
     used_.shrink_to_fit();
   }
 
+  // Bytes [off, off + n) of v's data: from the mapping, or read with pread when unmapped.
+  std::vector<uint8_t> read_bytes(const TensorView& v, uint64_t off, uint64_t n) const {
+    std::vector<uint8_t> out(static_cast<size_t>(n));
+    if (v.data) {
+      std::memcpy(out.data(), v.data + off, static_cast<size_t>(n));
+      return out;
+    }
+    const size_t i = static_cast<size_t>(&v - tensors_.data());
+    std::ifstream f(dir_ / v.file, std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(offsets_[i] + off));
+    if (!f.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(n)))
+      throw Error(where(v) + ": cannot read " + std::to_string(n) + " bytes of its data");
+    return out;
+  }
+
   fs::path dir_;
+  CheckpointOptions options_;
+  std::vector<uint64_t> offsets_;  // absolute file offset of each tensor's data (parallel to tensors_)
   ModelConfig config_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::vector<TensorView> tensors_;
@@ -332,9 +351,9 @@ class CheckpointImpl final : public Checkpoint {
 
 }  // namespace
 
-std::unique_ptr<Checkpoint> Checkpoint::open(const std::filesystem::path& dir) {
+std::unique_ptr<Checkpoint> Checkpoint::open(const std::filesystem::path& dir, const CheckpointOptions& options) {
   if (!fs::is_directory(dir)) throw Error(dir.string() + ": not a checkpoint directory");
-  return std::make_unique<CheckpointImpl>(dir);
+  return std::make_unique<CheckpointImpl>(dir, options);
 }
 
 }  // namespace k3

@@ -13,10 +13,17 @@
 
 namespace k3 {
 
+struct CheckpointOptions {
+  /// false: only the headers are read (pread) and nothing is mapped — every TensorView::data is
+  /// nullptr (for `k3 info`, which needs names, shapes and dtypes only: the real K3's 96 shards
+  /// would otherwise reserve 1.56 TB of address space).
+  bool map_data = true;
+};
+
 class Checkpoint {
  public:
   /// Opens and validates `dir`. Throws k3::Error naming the file/tensor/key on any problem.
-  static std::unique_ptr<Checkpoint> open(const std::filesystem::path& dir);
+  static std::unique_ptr<Checkpoint> open(const std::filesystem::path& dir, const CheckpointOptions& options = {});
   virtual ~Checkpoint() = default;
 
   virtual const ModelConfig& config() const = 0;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "io/json_util.h"
 
 namespace k3 {
@@ -141,17 +142,31 @@ void require(bool ok, const std::string& origin, const std::string& what) {
   if (!ok) throw Error(origin + ": inconsistent config: " + what);
 }
 
+// The quantization keys the engine does not read but whose value it assumes (MXFP4 is found from
+// the header, with group 32 and E2M1 codes, spec §1.4, §4): any other value is refused, since
+// honouring it silently would compute something else.
 void read_quantization(const std::optional<Reader>& q, ModelConfig& c) {
   if (!q) return;
   c.quant_method = q->get_string("quant_method", "");
   c.quant_format = q->get_string("format", "");
+  if (!c.quant_method.empty() && c.quant_method != "compressed-tensors")
+    q->fail("quant_method", "\"" + c.quant_method + "\" is not supported (expected \"compressed-tensors\", spec §1.4)");
+  if (!c.quant_format.empty() && c.quant_format != "mxfp4-pack-quantized")
+    q->fail("format", "\"" + c.quant_format + "\" is not supported (expected \"mxfp4-pack-quantized\", spec §1.4)");
   if (auto groups = q->opt_child("config_groups")) {
     for (auto& [name, g] : groups->obj().items()) {
       if (!g.is_object()) continue;
       auto gr = groups->child(name);
+      const std::string gf = gr.get_string("format", "");
+      if (!gf.empty() && gf != "mxfp4-pack-quantized")
+        gr.fail("format", "\"" + gf + "\" is not supported (expected \"mxfp4-pack-quantized\", spec §1.4)");
       if (auto w = gr.opt_child("weights")) {
-        c.quant_group_size = w->get_int("group_size", 0);
-        break;
+        const int gs = w->get_int("group_size", 0);
+        if (w->has("group_size") && gs != 32)
+          w->fail("group_size", std::to_string(gs) + " is not supported (MXFP4 blocks are 32 values, spec §4)");
+        if (w->has("num_bits") && w->get_int("num_bits", 4) != 4)
+          w->fail("num_bits", std::to_string(w->get_int("num_bits", 4)) + " is not supported (MXFP4 is 4-bit, spec §1.4)");
+        if (c.quant_group_size == 0) c.quant_group_size = gs;
       }
     }
   }
@@ -193,6 +208,12 @@ void read_text(const Reader& t, ModelConfig& c) {
   c.routed_scaling_factor = t.get_float("routed_scaling_factor", 1.0f);
   c.num_expert_group = t.get_int("num_expert_group", 1);
   c.topk_group = t.get_int("topk_group", 1);
+  // not read by the router; only K3's value (no grouping, sigmoid + bias top-k) is what it computes
+  const std::string topk_method = t.get_string("topk_method", "noaux_tc");
+  if (topk_method != "noaux_tc")
+    t.fail("topk_method", "\"" + topk_method + "\" is not supported (the router implements K3's \"noaux_tc\", spec §1.2)");
+  if (t.has("max_position_embeddings") && c.max_position_embeddings <= 0)
+    t.fail("max_position_embeddings", "expected a positive integer, found " + std::to_string(c.max_position_embeddings));
 
   Reader la = t.child("linear_attn_config");
   c.kda_layers = la.get_int_list("kda_layers");
@@ -309,6 +330,14 @@ ModelConfig parse_config(const std::string& json_text, const std::string& origin
   c.bos_token_id = r.get_token_id("bos_token_id", t.get_token_id("bos_token_id", -1));
   c.eos_token_id = r.get_token_id("eos_token_id", t.get_token_id("eos_token_id", -1));
   c.pad_token_id = r.get_token_id("pad_token_id", t.get_token_id("pad_token_id", -1));
+  // explicit ids must name a token of the model's vocabulary (absent = -1, "none")
+  for (const auto& [key, id] : {std::pair<const char*, int>{"bos_token_id", c.bos_token_id},
+                                {"eos_token_id", c.eos_token_id}, {"pad_token_id", c.pad_token_id}}) {
+    const bool given = r.has(key) || t.has(key);
+    if (given && (id < 0 || id >= c.vocab_size))
+      (r.has(key) ? r : t).fail(key, "token id " + std::to_string(id) + " outside the vocabulary [0, vocab_size=" +
+                                         std::to_string(c.vocab_size) + ")");
+  }
   if (auto q = t.opt_child("quantization_config")) read_quantization(q, c);
   else if (c.wrapped) read_quantization(r.opt_child("quantization_config"), c);
   validate(c, origin);
@@ -326,11 +355,17 @@ ModelConfig parse_config(const std::string& json_text, const std::string& origin
 }
 
 ModelConfig load_config(const std::filesystem::path& config_json) {
-  std::ifstream f(config_json, std::ios::binary);
-  if (!f) throw Error(config_json.string() + ": cannot open config file");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return parse_config(ss.str(), config_json.string());
+  ReadLimits lim;
+  lim.max_bytes = kMetadataFileLimit;
+  return parse_config(read_file_bounded(config_json, "config.json", lim), config_json.string());
+}
+
+void check_config_token_ids(const ModelConfig& c, int32_t n_tokenizer_ids, const std::string& origin) {
+  for (const auto& [key, id] : {std::pair<const char*, int>{"bos_token_id", c.bos_token_id},
+                                {"eos_token_id", c.eos_token_id}})
+    if (id >= n_tokenizer_ids)
+      throw Error(origin + ": key '" + key + "': token id " + std::to_string(id) + " is not in the tokenizer (" +
+                  std::to_string(n_tokenizer_ids) + " ids: tiktoken.model + tokenizer_config.json)");
 }
 
 }  // namespace k3

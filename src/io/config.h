@@ -89,7 +89,15 @@ struct ModelConfig {
 /// Throws k3::Error naming the file and key on a missing key, wrong type, unknown architecture
 /// or inconsistent dimensions.
 ModelConfig load_config(const std::filesystem::path& config_json);
-/// Same, from a JSON string (`origin` is used in error messages).
+/// Same, from a JSON string (`origin` is used in error messages). Besides the dimensions it
+/// refuses keys K3 defines but the engine does not honour unless they hold K3's value
+/// (topk_method "noaux_tc"; quantization quant_method "compressed-tensors", format
+/// "mxfp4-pack-quantized", group_size 32, num_bits 4), an explicit bos/eos/pad_token_id outside
+/// [0, vocab_size) and an explicit max_position_embeddings <= 0.
 ModelConfig parse_config(const std::string& json_text, const std::string& origin);
+
+/// bos_token_id / eos_token_id against the tokenizer's id count (which may be below vocab_size:
+/// the embedding is padded): k3::Error naming `origin` and the key when an id has no token.
+void check_config_token_ids(const ModelConfig& c, int32_t n_tokenizer_ids, const std::string& origin);
 
 }  // namespace k3

@@ -3,9 +3,27 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/checked_math.h"
+#include "core/error.h"
 #include "io/tensor_table.h"
 
 namespace k3 {
+
+uint64_t StateBytes::mla_bytes(int64_t n_tokens) const {
+  if (n_tokens < 0) throw Error("-c/--ctx: expected a token count >= 0, found " + std::to_string(n_tokens));
+  const auto b = checked_mul(static_cast<uint64_t>(n_tokens), mla_per_token);
+  if (!b)
+    throw Error("-c/--ctx: the MLA cache for " + std::to_string(n_tokens) + " tokens (" +
+                std::to_string(mla_per_token) + " bytes per token) exceeds 2^64 bytes");
+  return *b;
+}
+
+uint64_t StateBytes::total(int64_t n_tokens) const {
+  const auto t = checked_add(kda_total, mla_bytes(n_tokens));
+  if (!t)
+    throw Error("-c/--ctx: the state for " + std::to_string(n_tokens) + " tokens exceeds 2^64 bytes");
+  return *t;
+}
 
 ParamCounts count_params(const ModelConfig& c) {
   ParamCounts p;

@@ -39,8 +39,11 @@ struct StateBytes {
   uint64_t kda_total = 0;                ///< (recurrent + conv) * n_kda_layers; constant in tokens
   uint64_t mla_per_token_per_layer = 0;  ///< (kv_lora_rank + qk_rope_head_dim) * 4
   uint64_t mla_per_token = 0;            ///< * n_mla_layers
-  /// kda_total + n_tokens * mla_per_token.
-  uint64_t total(int64_t n_tokens) const { return kda_total + static_cast<uint64_t>(n_tokens) * mla_per_token; }
+  /// n_tokens * mla_per_token. Throws k3::Error naming -c when n_tokens < 0 or the product
+  /// does not fit in 64 bits (overflow-checked: no wrap-around).
+  uint64_t mla_bytes(int64_t n_tokens) const;
+  /// kda_total + n_tokens * mla_per_token; overflow-checked as mla_bytes().
+  uint64_t total(int64_t n_tokens) const;
 };
 StateBytes state_bytes(const ModelConfig& c);
 

@@ -3,8 +3,16 @@
 #include <algorithm>
 #include <string_view>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "core/checked_math.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "io/json_util.h"
 
 namespace k3 {
@@ -91,18 +99,26 @@ SafetensorsEntry parse_entry(const std::string& name, const json& v, uint64_t da
 }  // namespace
 
 SafetensorsHeader parse_safetensors(std::span<const uint8_t> bytes, const std::string& origin) {
-  if (bytes.size() < 8)
-    throw Error(origin + ": truncated safetensors file: " + std::to_string(bytes.size()) +
+  return parse_safetensors_prefix(bytes, bytes.size(), origin);
+}
+
+SafetensorsHeader parse_safetensors_prefix(std::span<const uint8_t> bytes, uint64_t file_size,
+                                           const std::string& origin) {
+  if (file_size < 8 || bytes.size() < 8)
+    throw Error(origin + ": truncated safetensors file: " + std::to_string(file_size) +
                 " bytes, need at least 8 for the header length");
   SafetensorsHeader h;
   h.header_len = read_u64_le(bytes.data());
-  const uint64_t avail = bytes.size() - 8;
+  const uint64_t avail = file_size - 8;
   if (h.header_len > avail)
     throw Error(origin + ": safetensors header length " + std::to_string(h.header_len) +
                 " exceeds file size - 8 = " + std::to_string(avail) + " (truncated or not safetensors)");
   if (h.header_len > kSafetensorsMaxHeader)
     throw Error(origin + ": safetensors header length " + std::to_string(h.header_len) +
                 " exceeds the limit of " + std::to_string(kSafetensorsMaxHeader) + " bytes");
+  if (bytes.size() - 8 < h.header_len)
+    throw Error(origin + ": safetensors header of " + std::to_string(h.header_len) + " bytes not fully read (" +
+                std::to_string(bytes.size() - 8) + " bytes available)");
   h.data_start = 8 + h.header_len;
   const uint64_t data_size = avail - h.header_len;
   std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), h.header_len);
@@ -143,7 +159,48 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> bytes, const std::s
   return h;
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
-    : file_(path), header_(parse_safetensors(file_.bytes(), path.string())) {}
+SafetensorsHeader read_safetensors_header(const std::filesystem::path& path, uint64_t* file_size) {
+  const std::string origin = path.string();
+  // type first: open() on a FIFO would block (core/read_file.h)
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw Error(origin + ": cannot open: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw Error(origin + ": is a " + file_type_name(st.st_mode) + ", expected a regular file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw Error(origin + ": cannot open: " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    throw Error(origin + ": changed type while being opened, expected a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (file_size) *file_size = size;
+  auto pread_all = [&](uint8_t* dst, uint64_t n, uint64_t off) {
+    uint64_t got = 0;
+    while (got < n) {
+      const ssize_t r = ::pread(fd, dst + got, n - got, static_cast<off_t>(off + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) throw Error(origin + ": read error at byte " + std::to_string(off + got) + ": " +
+                              (r < 0 ? std::strerror(errno) : "unexpected end of file"));
+      got += static_cast<uint64_t>(r);
+    }
+  };
+  std::vector<uint8_t> buf(static_cast<std::size_t>(std::min<uint64_t>(size, 8)));
+  pread_all(buf.data(), buf.size(), 0);
+  if (size >= 8) {
+    const uint64_t n = read_u64_le(buf.data());
+    // the length checks of parse_safetensors_prefix, before anything is allocated
+    if (n <= size - 8 && n <= kSafetensorsMaxHeader) {
+      buf.resize(static_cast<std::size_t>(8 + n));
+      pread_all(buf.data() + 8, n, 8);
+    }
+  }
+  return parse_safetensors_prefix(buf, size, origin);
+}
+
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path, bool map_data)
+    : header_(read_safetensors_header(path)) {
+  if (map_data) file_ = std::make_unique<MappedFile>(path);
+}
 
 }  // namespace k3

@@ -45,19 +45,32 @@ struct SafetensorsHeader {
 /// tensors' byte ranges overlap, no empty name. Throws k3::Error naming origin and tensor.
 SafetensorsHeader parse_safetensors(std::span<const uint8_t> bytes, const std::string& origin);
 
-/// A safetensors file mapped read-only with its validated header.
+/// The same checks on the first bytes of a file of `file_size` bytes: `bytes` must hold at least
+/// the length prefix and the header (8 + N bytes); the data region is not needed.
+SafetensorsHeader parse_safetensors_prefix(std::span<const uint8_t> bytes, uint64_t file_size,
+                                           const std::string& origin);
+
+/// Reads and validates the header of the file `path` with pread (8 bytes, then the N header
+/// bytes): nothing is mapped, so a 16 GB shard costs one small read. The file type is checked
+/// before open() ("<path>: is a FIFO (named pipe), expected a regular file"). `file_size`, when
+/// given, receives the file's size. Throws k3::Error as parse_safetensors (origin = path).
+SafetensorsHeader read_safetensors_header(const std::filesystem::path& path, uint64_t* file_size = nullptr);
+
+/// A safetensors file with its validated header (read with pread) and, unless map_data is
+/// false, the whole file mapped read-only for its tensors' data.
 class SafetensorsFile {
  public:
-  /// Maps and validates `path`; throws k3::Error as parse_safetensors (origin = path).
-  explicit SafetensorsFile(const std::filesystem::path& path);
+  /// Validates `path` and maps it when map_data; throws k3::Error as parse_safetensors (origin = path).
+  explicit SafetensorsFile(const std::filesystem::path& path, bool map_data = true);
   const SafetensorsHeader& header() const { return header_; }
-  const MappedFile& file() const { return file_; }
-  /// First byte of `e`'s data inside the mapping (not touched by this call).
-  const uint8_t* data(const SafetensorsEntry& e) const { return file_.data() + e.offset; }
+  bool mapped() const { return file_ != nullptr; }
+  /// First byte of `e`'s data inside the mapping (not touched by this call); nullptr when the
+  /// file was opened without mapping.
+  const uint8_t* data(const SafetensorsEntry& e) const { return file_ ? file_->data() + e.offset : nullptr; }
 
  private:
-  MappedFile file_;
   SafetensorsHeader header_;
+  std::unique_ptr<MappedFile> file_;
 };
 
 }  // namespace k3

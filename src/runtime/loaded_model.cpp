@@ -20,6 +20,7 @@ LoadedModel LoadedModel::open(const std::filesystem::path& dir, const ModelOptio
   if (m.tokenizer->vocab_size() > vocab)
     throw Error("tokenizer of '" + dir.string() + "' has " + std::to_string(m.tokenizer->vocab_size()) +
                 " ids but config.json vocab_size is " + std::to_string(vocab));
+  check_config_token_ids(m.checkpoint->config(), m.tokenizer->vocab_size(), (dir / "config.json").string());
   m.model = std::make_unique<Model>(*m.checkpoint, options);
   m.load_ms = t.ms();
   return m;

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "runtime/nonfinite.h"
 
 namespace k3 {
 
@@ -71,13 +72,27 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
     for (int64_t b = s; b < e - 1; b += opt.n_batch) {  // the last token's logits are never needed
       const int64_t be = std::min(b + opt.n_batch, e - 1);
       const bool want = be > first_pos;
-      const std::vector<float> logits =
-          model.forward(seq, tokens.subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(be - b)), want);
+      std::vector<float> logits;
+      try {
+        logits = model.forward(seq, tokens.subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(be - b)), want);
+      } catch (const Error& e) {
+        throw Error(explain_forward_error(e, model, tokens.subspan(static_cast<std::size_t>(s), static_cast<std::size_t>(be - s))));
+      }
       if (!want) continue;
       for (int64_t p = std::max(b, first_pos); p < be; ++p) {
         const float* row = logits.data() + static_cast<std::size_t>(p - b) * static_cast<std::size_t>(vocab);
-        r.nll.push_back(token_nll(std::span<const float>(row, static_cast<std::size_t>(n_vocab)),
-                                  tokens[static_cast<std::size_t>(p + 1)]));
+        const std::span<const float> srow(row, static_cast<std::size_t>(n_vocab));
+        const double nll = token_nll(srow, tokens[static_cast<std::size_t>(p + 1)]);
+        if (!std::isfinite(nll)) {
+          const int64_t bad = first_nonfinite(srow);
+          throw Error("perplexity: non-finite result at token position " + std::to_string(p) + " (window " +
+                      std::to_string(w + 1) + " starting at " + std::to_string(s) + "): " +
+                      (bad >= 0 ? "logit of id " + std::to_string(bad) + " is " + std::to_string(srow[static_cast<std::size_t>(bad)])
+                                : "NLL is " + std::to_string(nll)) +
+                      "; " +
+                      locate_nonfinite(model, tokens.subspan(static_cast<std::size_t>(s), static_cast<std::size_t>(p + 1 - s))));
+        }
+        r.nll.push_back(nll);
       }
     }
     scored_end = e;

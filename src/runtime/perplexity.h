@@ -46,6 +46,8 @@ std::vector<int64_t> perplexity_windows(int64_t n_tokens, int64_t n_ctx, int64_t
 
 /// Scores `tokens` with `model` as defined above. Errors: k3::Error (bad options as for
 /// perplexity_windows, "-c/--ctx-size", "--stride", "-b/--batch-size" named; ids out of range).
+/// A NaN/Inf NLL is an error too, naming the position and (runtime/nonfinite.h) the first
+/// non-finite intermediate of a replay of the window.
 PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens, const PerplexityOptions& opt);
 
 /// Unigram baseline on the same targets (tokens[1..]): exp of the mean of -log(count(t)/N) with

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/utf8.h"
 
@@ -12,12 +13,9 @@ namespace k3 {
 namespace {
 
 std::string read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw Error(p.string() + ": cannot open file");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error(p.string() + ": read error");
-  return ss.str();
+  ReadLimits lim;
+  lim.max_bytes = kMetadataFileLimit;
+  return read_file_bounded(p, p.filename().string(), lim);
 }
 
 }  // namespace

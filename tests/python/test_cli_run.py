@@ -214,7 +214,9 @@ def test_chat_hide_thinking_and_errors(tiny):
     assert r.returncode == 0 and "<think>" not in r.stdout.decode()
     assert k3("chat", "-m", tiny, stdin=b"").returncode == 0           # EOF at once: exit 0
     assert "--effort" in one_error_line(k3("chat", "-m", tiny, "--effort", "medium", stdin=b"x\n"))
-    assert "-c/--ctx-size is 8" in one_error_line(k3("chat", "-m", tiny, "-c", 8, stdin=b"Hello\n"))
+    # a message that cannot fit in -c is refused and the chat goes on (issue #15 item 6)
+    r = k3("chat", "-m", tiny, "-c", 8, stdin=b"Hello\n")
+    assert r.returncode == 0 and b"message not sent" in r.stderr and b"-c/--ctx-size 8" in r.stderr, r.stderr
 
 
 def test_chat_sigint_stops_the_answer_not_the_program(tiny):

@@ -19,12 +19,14 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "flag_checks.h"
 #include "io/checkpoint.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 #include "kernels/read_bandwidth.h"
 #include "kernels/threads.h"
 #include "model/k3_model.h"
+#include "runtime/nonfinite.h"
 
 namespace {
 
@@ -96,9 +98,6 @@ void page_in(const k3::Checkpoint& ck) {
 }
 
 void run(const Options& o) {
-  if (o.prompt < 1 || o.gen < 1 || o.reps < 1)
-    throw k3::Error("bench: -p, -n and -r must be >= 1 (got " + std::to_string(o.prompt) + ", " +
-                    std::to_string(o.gen) + ", " + std::to_string(o.reps) + ")");
   if (o.threads > 0) k3::set_num_threads(o.threads);
   const int nt = k3::num_threads();
   auto ck = k3::Checkpoint::open(o.model);
@@ -127,14 +126,24 @@ void run(const Options& o) {
     const auto tw = Clock::now();
     for (int i = 0; i < 8 && (i == 0 || seconds_since(tw) < 0.5); ++i) {
       auto s = model.new_sequence();
-      model.forward(s, prompt, false);
+      try {
+        model.forward(s, prompt, false);
+      } catch (const k3::Error& e) {
+        throw k3::Error("bench: " + k3::explain_forward_error(e, model, prompt));
+      }
     }
   }
   for (int r = 0; r < o.reps; ++r) {
     auto s = model.new_sequence();
     const auto t0 = Clock::now();
-    model.forward(s, prompt, false);
+    const std::vector<float> logits = model.forward(s, prompt, false);
     pp.push_back(seconds_since(t0));
+    // a speed of NaN logits is no result: refuse it, naming the first non-finite intermediate
+    const int64_t bad = k3::first_nonfinite(logits);
+    if (bad >= 0)
+      throw k3::Error("bench: the prefill logits (last of " + std::to_string(o.prompt) + " prompt tokens) are not finite: logit of id " +
+                      std::to_string(bad) + " = " + std::to_string(logits[static_cast<size_t>(bad)]) + "; " +
+                      k3::locate_nonfinite(model, prompt));
   }
   // decode: n single-token steps from an empty state (llama-bench tg)
   std::vector<double> tg;
@@ -142,11 +151,14 @@ void run(const Options& o) {
     auto s = model.new_sequence();
     int32_t tok = next_id();
     const auto t0 = Clock::now();
+    std::vector<float> last;
     for (int i = 0; i < o.gen; ++i) {
-      model.forward(s, std::span<const int32_t>(&tok, 1), false);
+      last = model.forward(s, std::span<const int32_t>(&tok, 1), false);
       tok = next_id();
     }
     if (r > 0) tg.push_back(seconds_since(t0));
+    if (k3::first_nonfinite(last) >= 0)
+      throw k3::Error("bench: the logits of decode step " + std::to_string(o.gen) + " are not finite");
   }
   const k3::ReadBandwidth bw = k3::measure_read_bandwidth(static_cast<uint64_t>(o.probe_mb) << 20, 7);
 
@@ -215,11 +227,16 @@ const k3cli::Registrar kReg(
     [](CLI::App* sub) {
       auto o = std::make_shared<Options>();
       sub->add_option("-m,--model", o->model, "checkpoint directory")->required();
-      sub->add_option("-t,--threads", o->threads, "worker threads (default: all)");
-      sub->add_option("-p,--n-prompt", o->prompt, "prompt tokens of the prefill test (default 512)");
-      sub->add_option("-n,--n-gen", o->gen, "decoded tokens of the decode test (default 128)");
-      sub->add_option("-r,--repetitions", o->reps, "runs per test; the median is reported (default 5)");
-      sub->add_option("--probe-mb", o->probe_mb, "read-bandwidth probe buffer in MiB (default 1024)");
+      sub->add_option("-t,--threads", o->threads, "worker threads (0 = all hardware threads)")
+          ->capture_default_str()->check(k3cli::IntRange(0, 1 << 20));
+      sub->add_option("-p,--n-prompt", o->prompt, "prompt tokens of the prefill test")
+          ->capture_default_str()->check(k3cli::IntRange(1, INT32_MAX));
+      sub->add_option("-n,--n-gen", o->gen, "decoded tokens of the decode test")
+          ->capture_default_str()->check(k3cli::IntRange(1, INT32_MAX));
+      sub->add_option("-r,--repetitions", o->reps, "runs per test; the median is reported")
+          ->capture_default_str()->check(k3cli::IntRange(1, 1000000));
+      sub->add_option("--probe-mb", o->probe_mb, "read-bandwidth probe buffer in MiB")
+          ->capture_default_str()->check(k3cli::IntRange(1, 1 << 20));
       sub->add_flag("--json", o->json, "print JSON instead of tables");
       sub->callback([o] { run(*o); });
     });

@@ -4,8 +4,12 @@
 // --hide-thinking), stops at <|end_of_msg|>, and keeps the parsed assistant message (reasoning +
 // content) for the next turn. Ctrl-C stops the current answer; Ctrl-D (EOF) exits 0.
 // The sequence state is reused across turns when the new prompt extends a saved prefix.
+// The conversation survives a full context: when it no longer fits in -c (with room for the
+// answer) the oldest turns are dropped at turn boundaries, the system message kept
+// (runtime/chat_history.h), and a message that cannot fit at all is refused with a note.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -16,10 +20,13 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "flag_checks.h"
 #include "gen_flags.h"
+#include "runtime/chat_history.h"
 #include "runtime/chat_stream.h"
 #include "runtime/generator.h"
 #include "runtime/loaded_model.h"
+#include "runtime/nonfinite.h"
 #include "runtime/prefix_states.h"
 #include "runtime/stats.h"
 #include "tokenizer/chat_k3.h"
@@ -55,7 +62,35 @@ struct ChatCliOptions {
   bool hide_thinking = false;
   bool stats = false;
   bool ignore_eos = false;
+  bool strict_utf8 = false;
 };
+
+// std::getline with a bound: reads one line (without '\n') into `line`; a line longer than
+// `max` bytes is consumed up to its end but not stored (too_long = true). False at EOF with
+// nothing read.
+bool read_line_bounded(std::istream& in, std::string& line, uint64_t max, bool& too_long) {
+  line.clear();
+  too_long = false;
+  bool any = false;
+  std::streambuf* sb = in.rdbuf();
+  while (true) {
+    const int c = sb->sbumpc();
+    if (c == std::char_traits<char>::eof()) {
+      in.setstate(std::ios::eofbit);
+      return any;
+    }
+    any = true;
+    if (c == '\n') return true;
+    if (too_long) continue;
+    if (line.size() >= max) {
+      too_long = true;
+      line.clear();
+      line.shrink_to_fit();
+      continue;
+    }
+    line.push_back(static_cast<char>(c));
+  }
+}
 
 void out(const std::string& s) {
   std::fwrite(s.data(), 1, s.size(), stdout);
@@ -94,13 +129,45 @@ void run(const ChatCliOptions& o) {
   if (!o.ignore_eos) go.stop_ids = lm.stop_ids();
   go.cancel = &g_interrupted;
 
+  // A line longer than this cannot fit in -c whatever it says (no token spans more bytes than
+  // the longest one), so it is refused without being tokenized or even kept in memory.
+  std::size_t max_token_bytes = 1;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) max_token_bytes = std::max(max_token_bytes, tok.token_bytes(id).size());
+  const uint64_t max_line = static_cast<uint64_t>(o.gen.n_ctx) * max_token_bytes;
+  // room kept for the answer when old turns are dropped: -n, else a quarter of the context
+  const int64_t reserve = o.gen.n_predict >= 0 ? o.gen.n_predict : o.gen.n_ctx / 4;
+
   std::string line;
   while (true) {
     if (tty_in) out("> ");
-    if (!std::getline(std::cin, line)) break;
+    bool too_long = false;
+    if (!read_line_bounded(std::cin, line, max_line, too_long)) break;
+    if (too_long) {
+      std::fprintf(stderr, "k3 chat: message not sent: longer than %llu bytes, it cannot fit in -c/--ctx-size %lld tokens (the conversation continues)\n",
+                   static_cast<unsigned long long>(max_line), static_cast<long long>(o.gen.n_ctx));
+      continue;
+    }
     if (line.empty()) continue;
+    try {
+      k3cli::check_utf8(line, o.strict_utf8, "k3 chat: message");
+    } catch (const k3::Error& e) {  // --strict-utf8: refused, the conversation goes on
+      std::fprintf(stderr, "k3 chat: message not sent: %s\n", e.what());
+      continue;
+    }
+    nlohmann::ordered_json kept = messages;  // restored when the message is refused
     messages.push_back({{"role", "user"}, {"content", line}});
-    const std::vector<int32_t> prompt = k3::render_chat(tok, messages, copt);
+    k3::ChatFit fit = k3::fit_chat_to_context(tok, messages, copt, o.gen.n_ctx, reserve);
+    if (!fit.fits) {
+      messages = std::move(kept);
+      std::fprintf(stderr, "k3 chat: message not sent: with the system prompt it takes more than -c/--ctx-size %lld tokens (the conversation continues)\n",
+                   static_cast<long long>(o.gen.n_ctx));
+      continue;
+    }
+    if (fit.dropped_turns > 0)
+      std::fprintf(stderr, "k3 chat: context full: dropped the %d oldest turn(s) (%lld tokens)%s; %zu tokens of conversation kept\n",
+                   fit.dropped_turns, static_cast<long long>(fit.dropped_tokens),
+                   o.system.empty() ? "" : ", the system prompt kept", fit.prompt.size());
+    const std::vector<int32_t> prompt = std::move(fit.prompt);
 
     std::size_t n_reused = 0;
     k3::SequenceState seq = saved.fork_for(*lm.model, prompt, &n_reused);
@@ -125,16 +192,24 @@ void run(const ChatCliOptions& o) {
     for (std::size_t i = 0; i < n_reused; ++i) sampler.accept(prompt[i]);  // generate() accepts the rest
     g_interrupted.store(false);
     k3::GenerateResult res;
-    {  // an error (e.g. context full) propagates to main(): one line, non-zero exit
+    {  // the prompt fits (checked above); another error (e.g. NaN weights) propagates to main()
       SigintGuard guard;
-      res = k3::generate(*lm.model, seq, fresh, sampler, go, [&](int32_t id) {
-        show(stream.push(id));
-        return true;
-      });
+      try {
+        res = k3::generate(*lm.model, seq, fresh, sampler, go, [&](int32_t id) {
+          show(stream.push(id));
+          return true;
+        });
+      } catch (const k3::Error& e) {
+        out("\n");
+        throw k3::Error(k3::explain_forward_error(e, *lm.model, prompt));
+      }
     }
     show(stream.flush());
     if (in_reasoning) out(undim);
     out(res.stop == k3::StopReason::Cancelled ? "\n[stopped]\n" : "\n");
+    if (res.stop == k3::StopReason::ContextFull)
+      std::fprintf(stderr, "k3 chat: the answer filled the context (-c/--ctx-size %lld); the oldest turns go next turn\n",
+                   static_cast<long long>(o.gen.n_ctx));
 
     // History: the parsed answer; the state after the prompt and the state after the answer.
     const k3::ParsedOutput parsed = k3::parse_k3_output(tok, res.ids, copt.thinking);
@@ -175,6 +250,7 @@ k3cli::Registrar reg("chat", "Interactive multi-turn chat in the K3 chat format 
                        sub->add_flag("--hide-thinking", o->hide_thinking, "do not print the reasoning");
                        sub->add_flag("--ignore-eos", o->ignore_eos,
                                      "do not stop at <|end_of_msg|> / [EOS] (answers end at -n or -c; for testing)");
+                       sub->add_flag("--strict-utf8", o->strict_utf8, "refuse (skip) a message that is not valid UTF-8 (default: warn)");
                        sub->add_flag("--stats", o->stats, "print a stats line on stderr after each answer");
                        sub->callback([o] { run(*o); });
                      });

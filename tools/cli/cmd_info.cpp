@@ -1,16 +1,31 @@
 // `k3 info DIR [-c N] [--json]`: opens and validates a checkpoint, then prints its architecture,
 // layer plan, parameter counts (total / active per token), bytes per dtype and the per-sequence
-// state for N tokens of context.
+// state for N tokens of context. It also loads the tokenizer files (as `k3 run` would) and checks
+// the config's token ids against the vocabulary; --check scans every tensor's bytes for NaN/Inf
+// and impossible MXFP4 scales (io/tensor_check.h), with a progress bar on large checkpoints.
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "command.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "flag_checks.h"
 #include "io/model_summary.h"
+#include "io/tensor_check.h"
+#include "io/tensor_table.h"
+#include "kernels/threads.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
+
+// Evaluated before anything is printed, so an overflow is an error, not half a report.
+void sb_total_checked(const k3::StateBytes& sb, int64_t n_ctx) { (void)sb.total(n_ctx); }
 
 std::string group_digits(int64_t v) {
   std::string s = std::to_string(v), r;
@@ -107,7 +122,7 @@ void print_human(const std::string& dir, const k3::ModelConfig& c, const k3::Che
   std::printf("  MLA cache   %llu B per token per layer x %d = %llu B/token -> %s\n",
               static_cast<unsigned long long>(sb.mla_per_token_per_layer), c.n_mla_layers(),
               static_cast<unsigned long long>(sb.mla_per_token),
-              human_bytes(sb.mla_per_token * static_cast<uint64_t>(n_ctx)).c_str());
+              human_bytes(sb.mla_bytes(n_ctx)).c_str());
 }
 
 nlohmann::json to_json(const std::string& dir, const k3::ModelConfig& c, const k3::CheckpointStats& st,
@@ -160,18 +175,111 @@ struct InfoOptions {
   std::string dir;
   int64_t n_ctx = 4096;
   bool json = false;
+  bool check = false;
 };
+
+// Progress of --check on stderr: redrawn in place on a terminal, a line every ~10% otherwise;
+// silent for checkpoints under 256 MiB.
+class ScanProgress {
+ public:
+  explicit ScanProgress(uint64_t total) : total_(total), on_(total >= (256ull << 20)), tty_(isatty(2) != 0) {}
+  void update(uint64_t done) {
+    if (!on_) return;
+    const double frac = total_ ? static_cast<double>(done) / static_cast<double>(total_) : 1.0;
+    const int pct = static_cast<int>(frac * 100.0);
+    if (tty_) {
+      if (pct == last_ && done != total_) return;
+      const int width = 30, fill = static_cast<int>(frac * width + 0.5);
+      std::string bar(static_cast<std::size_t>(fill), '=');
+      bar.resize(width, ' ');
+      std::fprintf(stderr, "\rcheck [%s] %3d%%  %.1f / %.1f GiB", bar.c_str(), pct, done / 1073741824.0,
+                   total_ / 1073741824.0);
+      if (done == total_) std::fputc('\n', stderr);
+    } else {
+      if (pct / 10 == last_ / 10 && done != total_) return;
+      std::fprintf(stderr, "check: %3d%%  %.1f / %.1f GiB\n", pct, done / 1073741824.0, total_ / 1073741824.0);
+    }
+    last_ = pct;
+    std::fflush(stderr);
+  }
+
+ private:
+  uint64_t total_;
+  bool on_, tty_;
+  int last_ = -1;
+};
+
+struct CheckResult {
+  uint64_t n_scanned = 0, bytes = 0;
+  std::vector<std::string> findings;  ///< one per bad tensor, in checkpoint order
+};
+
+// Scans every text tensor (vision tensors are never loaded, so never checked), in parallel.
+CheckResult check_tensors(const k3::Checkpoint& ck) {
+  std::vector<const k3::TensorView*> ts;
+  uint64_t total = 0;
+  for (const auto& t : ck.tensors())
+    if (!k3::is_vision_tensor_name(t.name)) {
+      ts.push_back(&t);
+      total += t.nbytes;
+    }
+  std::vector<k3::TensorScan> res(ts.size());
+  ScanProgress progress(total);
+  std::atomic<uint64_t> done{0};
+  std::mutex mu;
+  k3::parallel_for(static_cast<int64_t>(ts.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      res[static_cast<size_t>(i)] = k3::scan_tensor(*ts[static_cast<size_t>(i)]);
+      const uint64_t d = done.fetch_add(ts[static_cast<size_t>(i)]->nbytes) + ts[static_cast<size_t>(i)]->nbytes;
+      std::lock_guard<std::mutex> lock(mu);
+      progress.update(d);
+    }
+  });
+  progress.update(total);
+  CheckResult r;
+  r.bytes = total;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (res[i].scanned) ++r.n_scanned;
+    if (!res[i].ok())
+      r.findings.push_back(ts[i]->file + ": tensor '" + ts[i]->name + "': " + res[i].describe(*ts[i]));
+  }
+  return r;
+}
 
 k3cli::Registrar reg("info", "Validate a checkpoint and print its architecture, sizes and state memory",
                      [](CLI::App* sub) {
                        auto opt = std::make_shared<InfoOptions>();
                        sub->add_option("dir", opt->dir, "checkpoint directory")->required();
                        sub->add_option("-c,--ctx", opt->n_ctx, "context length for the state estimate (tokens)")
-                           ->check(CLI::NonNegativeNumber);
+                           ->capture_default_str()->check(k3cli::IntRange(0));
                        sub->add_flag("--json", opt->json, "machine-readable output");
+                       sub->add_flag("--check", opt->check,
+                                     "also scan every tensor for NaN/Inf and impossible MXFP4 scales (reads every byte)");
                        sub->callback([opt] {
-                         auto ck = k3::Checkpoint::open(opt->dir);
+                         // headers only (pread, nothing mapped) unless --check reads the bytes
+                         k3::CheckpointOptions co;
+                         co.map_data = opt->check;
+                         auto ck = k3::Checkpoint::open(opt->dir, co);
                          const auto& c = ck->config();
+                         // the tokenizer files `k3 run` would load (tiktoken.model, tokenizer_config.json)
+                         const k3::Tokenizer tok = k3::Tokenizer::load(opt->dir);
+                         if (tok.vocab_size() > c.vocab_size)
+                           throw k3::Error(opt->dir + ": the tokenizer has " + std::to_string(tok.vocab_size()) +
+                                           " ids but config.json vocab_size is " + std::to_string(c.vocab_size));
+                         k3::check_config_token_ids(c, tok.vocab_size(), opt->dir + "/config.json");
+                         sb_total_checked(k3::state_bytes(c), opt->n_ctx);
+                         if (opt->check) {
+                           const CheckResult cr = check_tensors(*ck);
+                           if (!cr.findings.empty()) {
+                             std::string msg = "info --check: " + std::to_string(cr.findings.size()) +
+                                               " tensor(s) hold non-finite values or impossible MXFP4 scales: ";
+                             for (size_t i = 0; i < cr.findings.size() && i < 8; ++i) msg += (i ? "; " : "") + cr.findings[i];
+                             if (cr.findings.size() > 8) msg += "; and " + std::to_string(cr.findings.size() - 8) + " more";
+                             throw k3::Error(msg);
+                           }
+                           std::fprintf(stderr, "check: %llu tensors scanned (%s): no NaN, no Inf, no impossible MXFP4 scale\n",
+                                        static_cast<unsigned long long>(cr.n_scanned), human_bytes(cr.bytes).c_str());
+                         }
                          const auto st = k3::checkpoint_stats(*ck);
                          const auto p = k3::count_params(c);
                          const auto sb = k3::state_bytes(c);

@@ -1,9 +1,12 @@
 // `k3 logits`: teacher-forced logits of a token-id sequence, so that any other implementation can
 // be compared with k3.cpp. Writes [n_tokens, vocab] float32 .npy (--out) or prints the top-k per
 // position; --dump DIR writes the named intermediates (model/dump.h); --generate N also prints a
-// greedy N-token continuation (prefill, then one decode step per token).
+// greedy N-token continuation (prefill, then one decode step per token). Rows are streamed in the
+// model's prefill pieces (O(piece x vocab) memory); a NaN/Inf row is an error naming its position.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <numeric>
@@ -13,6 +16,9 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/read_file.h"
+#include "flag_checks.h"
+#include "runtime/nonfinite.h"
 #include "io/checkpoint.h"
 #include "model/dump.h"
 #include "model/k3_model.h"
@@ -59,7 +65,60 @@ struct Options {
   std::string model, ids, ids_file, out, dump;
   int top_k = 5;
   int generate = 0;
+  k3cli::InputLimit input_limit;
 };
+
+// A .npy float32 [rows, cols] file written one row block at a time (the header first).
+class NpyRowWriter {
+ public:
+  NpyRowWriter(const std::string& path, int64_t rows, int64_t cols) : path_(path), f_(path, std::ios::binary | std::ios::trunc) {
+    if (!f_) throw k3::Error("--out: cannot open '" + path + "' for writing");
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                         std::to_string(cols) + "), }";
+    const size_t total = 10 + header.size() + 1;
+    header.append((64 - total % 64) % 64, ' ');
+    header += '\n';
+    const char magic[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
+    f_.write(magic, 8);
+    const uint16_t hl = static_cast<uint16_t>(header.size());
+    const char len[2] = {static_cast<char>(hl & 0xFF), static_cast<char>(hl >> 8)};
+    f_.write(len, 2);
+    f_.write(header.data(), static_cast<std::streamsize>(header.size()));
+    check();
+  }
+  void write(const float* data, int64_t n) {
+    f_.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * 4));
+    check();
+  }
+  void finish() {
+    f_.close();
+    if (!f_) throw k3::Error("--out: write to '" + path_ + "' failed");
+  }
+  /// Removes the partial file (after an error).
+  void discard() {
+    f_.close();
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+
+ private:
+  void check() {
+    if (!f_) throw k3::Error("--out: write to '" + path_ + "' failed");
+  }
+  std::string path_;
+  std::ofstream f_;
+};
+
+// Error for a row of logits holding a NaN/Inf (position t of the ids), with the first non-finite
+// intermediate of a replay of ids[0..t] (runtime/nonfinite.h).
+[[noreturn]] void nonfinite_row(const k3::Model& model, const std::vector<int32_t>& ids, int64_t t, const float* row,
+                                int64_t V, const char* what) {
+  const int64_t bad = k3::first_nonfinite(std::span<const float>(row, static_cast<size_t>(V)));
+  throw k3::Error(std::string("logits: ") + what + " at position " + std::to_string(t) + " (id " +
+                  std::to_string(ids[static_cast<size_t>(t)]) + ") is not finite: logit of id " + std::to_string(bad) +
+                  " = " + std::to_string(row[bad]) + "; " +
+                  k3::locate_nonfinite(model, std::span<const int32_t>(ids.data(), static_cast<size_t>(t + 1))));
+}
 
 void run(const Options& o) {
   std::vector<int32_t> ids;
@@ -67,47 +126,91 @@ void run(const Options& o) {
   if (!o.ids.empty()) {
     ids = parse_ids(o.ids, "--ids");
   } else {
-    std::ifstream f(o.ids_file);
-    if (!f) throw k3::Error("--ids-file: cannot open '" + o.ids_file + "'");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    ids = parse_ids(ss.str(), "--ids-file '" + o.ids_file + "'");
+    ids = parse_ids(k3::read_file_bounded(o.ids_file, "--ids-file", o.input_limit.limits()),
+                    "--ids-file '" + o.ids_file + "'");
   }
   if (o.top_k < 1) throw k3::Error("--top-k: expected >= 1, found " + std::to_string(o.top_k));
   if (o.generate < 0) throw k3::Error("--generate: expected >= 0, found " + std::to_string(o.generate));
   auto ck = k3::Checkpoint::open(o.model);
-  k3::Model model(*ck);
+  // `k3 logits` is exact by default: the int8 expert activations of K3_MXFP4=int8 (the default of
+  // run / chat / serve) are a named shortcut (~2e-2 relative on K3-mini logits vs the fp64
+  // reference; exact: ~2e-7). K3_MXFP4=int8 still selects it here.
+  k3::ModelOptions mo;
+  if (const char* mx = std::getenv("K3_MXFP4"); mx == nullptr || *mx == '\0') mo.mxfp4 = k3::Mxfp4Path::ExactF32;
+  k3::Model model(*ck, mo);
   const int64_t V = model.config().vocab_size, T = static_cast<int64_t>(ids.size());
+  for (int64_t t = 0; t < T; ++t)
+    if (ids[static_cast<size_t>(t)] >= V)
+      throw k3::Error(std::string(o.ids.empty() ? "--ids-file" : "--ids") + ": id " + std::to_string(ids[static_cast<size_t>(t)]) + " at position " + std::to_string(t) +
+                      " is outside the vocabulary [0, " + std::to_string(V) + ")");
   k3::SequenceState seq = model.new_sequence();
-  std::unique_ptr<k3::DumpSink> dump;
-  if (!o.dump.empty()) dump = std::make_unique<k3::DumpSink>(o.dump);
-  std::vector<float> logits = model.forward(seq, ids, /*all_logits=*/true, dump.get());
-  if (dump) dump->finish();
-
-  if (!o.out.empty()) {
-    k3::write_npy_f32(o.out, {T, V}, logits.data());
-  } else {
-    const int k = static_cast<int>(std::min<int64_t>(o.top_k, V));
-    std::vector<int32_t> idx(static_cast<size_t>(V));
-    for (int64_t t = 0; t < T; ++t) {
-      const float* row = logits.data() + t * V;
+  std::unique_ptr<NpyRowWriter> npy;
+  if (!o.out.empty()) npy = std::make_unique<NpyRowWriter>(o.out, T, V);
+  const int k = static_cast<int>(std::min<int64_t>(o.top_k, V));
+  std::vector<int32_t> idx(static_cast<size_t>(V));
+  auto emit_rows = [&](const std::vector<float>& logits, int64_t t0, int64_t n) {
+    for (int64_t r = 0; r < n; ++r) {
+      const float* row = logits.data() + r * V;
+      if (k3::first_nonfinite(std::span<const float>(row, static_cast<size_t>(V))) >= 0) {
+        if (npy) npy->discard();
+        nonfinite_row(model, ids, t0 + r, row, V, "the row of logits");
+      }
+    }
+    if (npy) {
+      npy->write(logits.data(), n * V);
+      return;
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      const float* row = logits.data() + r * V;
       std::iota(idx.begin(), idx.end(), 0);
       std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
         return row[a] != row[b] ? row[a] > row[b] : a < b;
       });
-      std::printf("pos %lld (id %d):", static_cast<long long>(t), ids[t]);
+      std::printf("pos %lld (id %d):", static_cast<long long>(t0 + r), ids[static_cast<size_t>(t0 + r)]);
       for (int i = 0; i < k; ++i) std::printf(" %d=%.6f", idx[i], row[idx[i]]);
       std::printf("\n");
     }
+    std::fflush(stdout);
+  };
+  auto forward = [&](std::span<const int32_t> piece, bool all, k3::DumpSink* dump, int64_t upto) {
+    try {
+      return model.forward(seq, piece, all, dump);
+    } catch (const k3::Error& e) {
+      if (npy) npy->discard();
+      throw k3::Error(k3::explain_forward_error(e, model, std::span<const int32_t>(ids.data(), static_cast<size_t>(upto))));
+    }
+  };
+  std::vector<float> last_row;  // logits of the last position, for --generate
+  if (!o.dump.empty()) {
+    // one piece (each dumped name once): all T rows of logits are held
+    k3::DumpSink dump(o.dump);
+    std::vector<float> logits = forward(ids, true, &dump, T);
+    dump.finish();
+    emit_rows(logits, 0, T);
+    last_row.assign(logits.end() - V, logits.end());
+  } else {
+    // streamed in the model's prefill pieces (the same pieces forward() would cut, so the same
+    // numbers): O(piece x vocab) memory whatever the number of ids
+    const int64_t piece = std::max<int64_t>(1, model.options().prefill_chunk);
+    for (int64_t t0 = 0; t0 < T; t0 += piece) {
+      const int64_t n = std::min(piece, T - t0);
+      std::vector<float> logits =
+          forward(std::span<const int32_t>(ids.data() + t0, static_cast<size_t>(n)), true, nullptr, t0 + n);
+      emit_rows(logits, t0, n);
+      if (t0 + n == T) last_row.assign(logits.end() - V, logits.end());
+    }
   }
+  if (npy) npy->finish();
   if (o.generate > 0) {
     std::vector<int32_t> gen;
-    int32_t next = argmax(logits.data() + (T - 1) * V, V);
+    int32_t next = argmax(last_row.data(), V);
     for (int i = 0; i < o.generate; ++i) {
       gen.push_back(next);
       if (i + 1 == o.generate) break;
       const int32_t one[1] = {next};
       std::vector<float> l = model.forward(seq, one, /*all_logits=*/false);
+      if (k3::first_nonfinite(l) >= 0)
+        throw k3::Error("logits: --generate: the logits of generated token " + std::to_string(i + 1) + " are not finite");
       next = argmax(l.data(), V);
     }
     std::printf("generated:");
@@ -124,10 +227,12 @@ const k3cli::Registrar kReg(
       sub->add_option("--ids", o->ids, "comma-separated token ids, e.g. 1,2,3");
       sub->add_option("--ids-file", o->ids_file, "file of token ids (comma/whitespace separated)");
       sub->add_option("--out", o->out, "write logits as .npy float32 [n_tokens, vocab]");
-      sub->add_option("--top-k", o->top_k, "print the top-k logits per position (default 5)");
+      sub->add_option("--top-k", o->top_k, "print the top-k logits per position (default 5)")->check(k3cli::IntRange(1, INT32_MAX));
       sub->add_option("--dump", o->dump, "write named intermediates (.npy + manifest.json) to DIR");
       sub->add_option("--generate", o->generate,
-                      "also print a greedy continuation of N tokens (prefill + decode steps)");
+                      "also print a greedy continuation of N tokens (prefill + decode steps)")
+          ->check(k3cli::IntRange(0, INT32_MAX));
+      o->input_limit.add_to(sub);
       sub->callback([o] { run(*o); });
     });
 

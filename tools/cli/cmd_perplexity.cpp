@@ -13,6 +13,8 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/read_file.h"
+#include "flag_checks.h"
 #include "gen_flags.h"
 #include "runtime/loaded_model.h"
 #include "runtime/perplexity.h"
@@ -28,16 +30,9 @@ struct PplOptions {
   int64_t n_batch = 512;
   int threads = 0;
   bool json = false;
+  k3cli::InputLimit input_limit;
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw k3::Error("-f/--file: cannot open '" + path + "' for reading");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw k3::Error("-f/--file: error while reading '" + path + "'");
-  return ss.str();
-}
 
 // Progress bar on stderr: redrawn in place on a terminal, a line every ~10% otherwise.
 class Progress {
@@ -70,7 +65,8 @@ class Progress {
 
 void run(const PplOptions& o) {
   k3::perplexity_windows(2, o.n_ctx, o.stride == 0 ? o.n_ctx / 2 : o.stride);  // flag check before loading
-  const std::string text = read_text(o.file);
+  const std::string text = k3::read_file_bounded(o.file, "-f/--file", o.input_limit.limits());
+  k3cli::check_utf8(text, false, "-f/--file '" + o.file + "'");
   k3cli::set_threads(o.threads);
   k3::LoadedModel lm = k3::LoadedModel::open(o.model_dir);
   const std::vector<int32_t> tokens = lm.tokenizer->encode(text);
@@ -129,13 +125,14 @@ k3cli::Registrar reg("perplexity", "Perplexity of a text file (sliding window, s
                        sub->add_option("-m,--model", o->model_dir, "K3 checkpoint directory")->required();
                        sub->add_option("-f,--file", o->file, "text file (tokenized as one string, no [BOS])")->required();
                        sub->add_option("-c,--ctx-size", o->n_ctx, "window size in tokens")
-                           ->capture_default_str()->check(CLI::PositiveNumber);
+                           ->capture_default_str()->check(k3cli::IntRange(2));
                        sub->add_option("--stride", o->stride, "window step in tokens (0 = ctx-size / 2)")
-                           ->capture_default_str()->check(CLI::NonNegativeNumber);
+                           ->capture_default_str()->check(k3cli::IntRange(0));
                        sub->add_option("-b,--batch-size", o->n_batch, "tokens per forward call")
-                           ->capture_default_str()->check(CLI::PositiveNumber);
+                           ->capture_default_str()->check(k3cli::IntRange(1));
                        sub->add_option("-t,--threads", o->threads, "worker threads (0 = all hardware threads)")
-                           ->capture_default_str()->check(CLI::NonNegativeNumber);
+                           ->capture_default_str()->check(k3cli::IntRange(0, 1 << 20));
+                       o->input_limit.add_to(sub);
                        sub->add_flag("--json", o->json, "print the result as one JSON object");
                        sub->callback([o] { run(*o); });
                      });

@@ -12,9 +12,12 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/read_file.h"
+#include "flag_checks.h"
 #include "gen_flags.h"
 #include "runtime/generator.h"
 #include "runtime/loaded_model.h"
+#include "runtime/nonfinite.h"
 #include "runtime/stats.h"
 #include "tokenizer/stream_decoder.h"
 
@@ -28,16 +31,10 @@ struct RunOptions {
   bool ignore_eos = false;
   bool no_stats = false;
   bool json = false;
+  bool strict_utf8 = false;
+  k3cli::InputLimit input_limit;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw k3::Error("-f/--file: cannot open '" + path + "' for reading");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw k3::Error("-f/--file: error while reading '" + path + "'");
-  return ss.str();
-}
 
 std::vector<int32_t> parse_ids(const std::string& s, int32_t vocab) {
   std::vector<int32_t> ids;
@@ -66,7 +63,9 @@ void run(const RunOptions& o) {
   if (o.gen.n_predict < -1)
     throw k3::Error("-n/--n-predict: expected -1 (until stop) or >= 0, found " + std::to_string(o.gen.n_predict));
   const k3::SamplerParams sp = o.gen.sampler_params();
-  const std::string prompt_text = !o.prompt_file.empty() ? read_file(o.prompt_file) : o.prompt;
+  const std::string prompt_text =
+      !o.prompt_file.empty() ? k3::read_file_bounded(o.prompt_file, "-f/--file", o.input_limit.limits()) : o.prompt;
+  if (o.prompt_ids.empty()) k3cli::check_utf8(prompt_text, o.strict_utf8, o.prompt_file.empty() ? "-p/--prompt" : "-f/--file '" + o.prompt_file + "'");
   k3cli::set_threads(o.gen.threads);
 
   k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir);
@@ -101,7 +100,13 @@ void run(const RunOptions& o) {
     }
     return true;
   };
-  const k3::GenerateResult r = k3::generate(*lm.model, seq, prompt, sampler, go, on_token);
+  k3::GenerateResult r;
+  try {
+    r = k3::generate(*lm.model, seq, prompt, sampler, go, on_token);
+  } catch (const k3::Error& e) {
+    if (!o.json) std::fputc('\n', stdout);
+    throw k3::Error(k3::explain_forward_error(e, *lm.model, prompt));
+  }
   const std::string tail = dec.flush();
   text += tail;
 
@@ -146,6 +151,8 @@ k3cli::Registrar reg("run", "Generate a continuation of a prompt, streamed to st
                        sub->add_option("-p,--prompt", o->prompt, "prompt text (raw, no chat template, no [BOS])");
                        sub->add_option("-f,--file", o->prompt_file, "read the prompt from this file");
                        sub->add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
+                       sub->add_flag("--strict-utf8", o->strict_utf8, "refuse a prompt that is not valid UTF-8 (default: warn)");
+                       o->input_limit.add_to(sub);
                        sub->add_flag("--ignore-eos", o->ignore_eos, "do not stop at <|end_of_msg|> / [EOS]");
                        sub->add_flag("--no-stats", o->no_stats, "do not print the stats line on stderr");
                        sub->add_flag("--json", o->json,

@@ -10,6 +10,7 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "tokenizer/chat_k3.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,17 +33,21 @@ k3::Tokenizer load_tokenizer(const VocabOpts& v) {
   throw k3::Error("tokenize: expected -m DIR or --vocab FILE");
 }
 
-std::string read_all(const std::string& path) {
+// The whole of `path` ("-" = stdin), bounded like every input (core/read_file.h): 1 GiB.
+std::string read_all(const std::string& path, const std::string& what = "-f/--file") {
+  k3::ReadLimits lim;
+  lim.allow_pipe = true;
   if (path == "-") {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    return ss.str();
+    std::string out;
+    char buf[1 << 16];
+    while (std::cin.read(buf, sizeof buf) || std::cin.gcount() > 0) {
+      out.append(buf, static_cast<std::size_t>(std::cin.gcount()));
+      if (out.size() > lim.max_bytes)
+        throw k3::Error(what + ": stdin is larger than the limit of " + std::to_string(lim.max_bytes) + " bytes");
+    }
+    return out;
   }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw k3::Error(path + ": cannot open file");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return k3::read_file_bounded(path, what, lim);
 }
 
 // Printable form of token bytes: ASCII as is, \n \r \t escaped, other bytes \xNN unless they
@@ -90,7 +95,7 @@ void run_tokenize(const TokenizeOpts& o) {
     // (the k3_chat_vectors.json vector shape). Flags override kwargs.
     nlohmann::ordered_json j;
     try {
-      j = nlohmann::ordered_json::parse(read_all(o.chat));
+      j = nlohmann::ordered_json::parse(read_all(o.chat, "--chat"));
     } catch (const nlohmann::ordered_json::exception& e) {
       throw k3::Error(o.chat + ": expected JSON: " + e.what());
     }

@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "flag_checks.h"
 #include "kernels/threads.h"
 #include "runtime/sampler.h"
 
@@ -29,8 +30,9 @@ struct GenFlags {
   int64_t n_batch = 512;
   int threads = 0;  ///< 0 = all hardware threads
   k3::SamplerParams sampling;
-  int64_t seed = -1;  ///< -1 = random
-  bool seed_given() const { return seed >= 0; }
+  uint64_t seed = 0;         ///< the --seed value (any uint64); meaningful when seed_is_given
+  bool seed_is_given = false;  ///< false = draw a random seed (printed in the stats, so it replays)
+  bool seed_given() const { return seed_is_given; }
 
   /// Declares -m, -n, -c, -b, -t, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
   /// --repeat-last-n, --seed on `sub`.
@@ -38,16 +40,16 @@ struct GenFlags {
     sub->add_option("-m,--model", model_dir, "K3 checkpoint directory (config.json, safetensors, tiktoken.model)")
         ->required();
     sub->add_option("-n,--n-predict", n_predict, "tokens to generate (-1 = until a stop token or the context is full)")
-        ->capture_default_str();
+        ->capture_default_str()->check(IntRange(-1));
     sub->add_option("-c,--ctx-size", n_ctx, "context size in tokens (prompt + generated)")
-        ->capture_default_str()->check(CLI::PositiveNumber);
+        ->capture_default_str()->check(IntRange(1));
     sub->add_option("-b,--batch-size", n_batch, "prompt tokens per forward call")
-        ->capture_default_str()->check(CLI::PositiveNumber);
+        ->capture_default_str()->check(IntRange(1));
     sub->add_option("-t,--threads", threads, "worker threads (0 = all hardware threads)")
-        ->capture_default_str()->check(CLI::NonNegativeNumber);
+        ->capture_default_str()->check(IntRange(0, 1 << 20));
     sub->add_option("--temp", sampling.temp, "temperature (0 = greedy, ties to the lowest id)")->capture_default_str();
     sub->add_option("--top-k", sampling.top_k, "keep the k most likely tokens (0 = off)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(IntRange(0, INT32_MAX))
         ->capture_default_str();
     sub->add_option("--top-p", sampling.top_p, "nucleus: keep the smallest set with this probability mass (1 = off)")
         ->capture_default_str();
@@ -56,15 +58,22 @@ struct GenFlags {
     sub->add_option("--repeat-penalty", sampling.repeat_penalty, "penalize repeats of the last N tokens (1 = off)")
         ->capture_default_str();
     sub->add_option("--repeat-last-n", sampling.repeat_last_n, "N for --repeat-penalty (0 = off, -1 = all)")
-        ->capture_default_str();
-    sub->add_option("--seed", seed, "RNG seed (default: random, printed in the stats)")
-        ->check(CLI::NonNegativeNumber);
+        ->capture_default_str()->check(IntRange(-1, INT32_MAX));
+    sub->add_option_function<std::string>(
+           "--seed",
+           [this](const std::string& v) {
+             if (!parse_uint64(v, seed))
+               throw CLI::ValidationError("--seed", "expected an integer in [0, 18446744073709551615], found '" + v + "'");
+             seed_is_given = true;
+           },
+           "RNG seed, any unsigned 64-bit integer (default: random, printed in the stats; that value replays the run)")
+        ->type_name("UINT64");
   }
 
   /// Final sampler parameters (draws the random seed when none was given) — validated.
   k3::SamplerParams sampler_params() const {
     k3::SamplerParams p = sampling;
-    p.seed = seed_given() ? static_cast<uint64_t>(seed) : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+    p.seed = seed_given() ? seed : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
     p.validate();
     return p;
   }

@@ -1,0 +1,246 @@
+// `k3 serve -m DIR`: an OpenAI-compatible HTTP server (llama-server flag names) over the
+// continuous-batching Scheduler. Listens first (GET /health answers 503 while the model loads),
+// then loads the model, checks that -np slots of per-sequence state fit in physical RAM, and
+// serves until SIGINT/SIGTERM: then it stops accepting, lets running sequences finish (up to
+// --shutdown-timeout seconds, then cancels them) and exits 0; a second signal exits at once
+// with status 130. See tools/server/ for the layer.
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "command.h"
+#include "core/error.h"
+#include "gen_flags.h"
+#include "http_server.h"
+#include "metrics.h"
+#include "runtime/loaded_model.h"
+#include "runtime/scheduler.h"
+#include "serve_context.h"
+
+namespace {
+
+struct ServeOptions {
+  k3cli::GenFlags gen;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int64_t parallel = 4;
+  int64_t queue = 64;
+  std::string api_key;
+  std::string alias;
+  int http_threads = 0;
+  int timeout_s = 30;
+  int shutdown_timeout_s = 30;
+  bool test_forced_output = false;
+};
+
+uint64_t physical_ram_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+std::string mib(uint64_t b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
+  return s;
+}
+
+// Waits for SIGINT/SIGTERM on its own thread (the signals are blocked everywhere else). The
+// first one starts the orderly stop (wait()); a second one ends the process at once with status
+// 130, as llama-server does, for a user who does not want to wait for the grace period.
+class SignalWaiter {
+ public:
+  SignalWaiter() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // inherited by every thread started after this
+    thread_ = std::thread([this] {
+      int sig = 0;
+      sigwait(&set_, &sig);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (closing_) return;  // woken by the destructor
+        signalled_ = sig;
+      }
+      cv_.notify_all();
+      sigwait(&set_, &sig);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (closing_) return;
+      }
+      static const char msg[] = "k3 serve: second signal: exiting now\n";
+      if (::write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {
+      }
+      std::_Exit(130);
+    });
+  }
+  ~SignalWaiter() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      closing_ = true;
+    }
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wake sigwait
+    thread_.join();
+  }
+  bool has_signal() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return signalled_ != 0;
+  }
+  int wait() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return signalled_ != 0; });
+    return signalled_;
+  }
+
+ private:
+  sigset_t set_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int signalled_ = 0;
+  bool closing_ = false;
+};
+
+void serve(const ServeOptions& o) {
+  if (o.gen.n_predict < -1)
+    throw k3::Error("-n/--n-predict: expected -1 (until stop) or >= 1, found " + std::to_string(o.gen.n_predict));
+  if (o.gen.n_ctx < 2) throw k3::Error("-c/--ctx-size: expected >= 2, found " + std::to_string(o.gen.n_ctx));
+  if (o.parallel < 1) throw k3::Error("-np/--parallel: expected >= 1, found " + std::to_string(o.parallel));
+  if (o.queue < 0) throw k3::Error("--queue: expected >= 0, found " + std::to_string(o.queue));
+  if (o.port < 0 || o.port > 65535) throw k3::Error("--port: expected 0..65535, found " + std::to_string(o.port));
+  k3::server::RequestDefaults defaults;
+  defaults.sampling = o.gen.sampler_params();  // validates the sampling flags
+  defaults.seed_given = o.gen.seed_given();
+  defaults.max_tokens = o.gen.n_predict;
+  defaults.allow_forced_output = o.test_forced_output;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(o.gen.model_dir, ec))
+    throw k3::Error("-m/--model: '" + o.gen.model_dir + "' is not a directory (expected a K3 checkpoint directory)");
+  k3cli::set_threads(o.gen.threads);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
+
+  SignalWaiter signals;
+  k3::server::ServerConfig cfg;
+  cfg.host = o.host;
+  cfg.port = o.port;
+  cfg.api_key = o.api_key;
+  cfg.http_threads = o.http_threads > 0 ? o.http_threads : static_cast<int>(std::min<int64_t>(o.parallel + o.queue + 8, 256));
+  cfg.read_timeout_s = o.timeout_s;
+  cfg.write_timeout_s = o.timeout_s;
+  k3::server::HttpServer http(cfg);
+  http.bind();
+  http.start();
+  std::fprintf(stderr, "k3 serve: listening on http://%s:%d (loading the model)\n", o.host.c_str(), http.port());
+
+  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir);
+  k3::Scheduler::Options so;
+  so.n_parallel = o.parallel;
+  so.n_ctx = o.gen.n_ctx;
+  so.max_queue = o.queue;
+  so.step_tokens = o.gen.n_batch;
+  auto sched = std::make_unique<k3::Scheduler>(*lm.model, so);
+  const uint64_t slot = sched->slot_bytes(), total = slot * static_cast<uint64_t>(o.parallel);
+  const uint64_t ram = physical_ram_bytes();
+  std::fprintf(stderr, "k3 serve: sequence state %s per slot x %lld slots = %s (context %lld tokens; RAM %s)\n",
+               mib(slot).c_str(), static_cast<long long>(o.parallel), mib(total).c_str(),
+               static_cast<long long>(o.gen.n_ctx), mib(ram).c_str());
+  if (ram > 0 && static_cast<double>(slot) * static_cast<double>(o.parallel) > static_cast<double>(ram)) {
+    sched.reset();
+    http.stop();
+    throw k3::Error("-np/--parallel x -c/--ctx-size: " + std::to_string(o.parallel) + " slots need " + mib(total) +
+                    " of sequence state, more than the " + mib(ram) + " of physical RAM (lower -np or -c)");
+  }
+
+  k3::server::Metrics metrics;
+  k3::server::HandleRegistry handles;
+  k3::server::ServeContext ctx;
+  ctx.tok = lm.tokenizer.get();
+  ctx.scheduler = sched.get();
+  ctx.stop_ids = lm.stop_ids();
+  ctx.n_ctx = o.gen.n_ctx;
+  ctx.model_id = !o.alias.empty() ? o.alias : std::filesystem::path(o.gen.model_dir).lexically_normal().filename().string();
+  if (ctx.model_id.empty()) ctx.model_id = std::filesystem::absolute(o.gen.model_dir).parent_path().filename().string();
+  ctx.defaults = defaults;
+  ctx.metrics = &metrics;
+  ctx.handles = &handles;
+  http.set_ready(&ctx);
+  std::string sampling = defaults.sampling.describe();
+  if (!defaults.seed_given && sampling.rfind(" | seed") != std::string::npos)
+    sampling = sampling.substr(0, sampling.rfind(" | seed")) + " | seed: per request (random unless given)";
+  std::fprintf(stderr, "k3 serve: ready: model '%s' (load %.0f ms) | %s | -np %lld -c %lld --queue %lld\n",
+               ctx.model_id.c_str(), lm.load_ms, sampling.c_str(),
+               static_cast<long long>(o.parallel), static_cast<long long>(o.gen.n_ctx), static_cast<long long>(o.queue));
+
+  const int sig = signals.wait();
+  std::fprintf(stderr, "k3 serve: %s: stopping (finishing running requests, at most %d s)\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout_s);
+  http.stop_accepting();
+  // Bounded grace: after the timeout every live sequence is cancelled. The registry misses a
+  // sequence submitted but not yet registered (submit_request adds it after submit() returns),
+  // so the scheduler is told to cancel its queue and slots too.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!cv.wait_for(lk, std::chrono::seconds(o.shutdown_timeout_s), [&] { return done; })) {
+      std::fprintf(stderr, "k3 serve: grace period over: cancelling the running requests\n");
+      handles.cancel_all();
+      sched->shutdown(/*finish=*/false);
+    }
+  });
+  sched->shutdown(/*finish=*/true);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    done = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  http.stop();
+  sched.reset();
+  std::fprintf(stderr, "k3 serve: stopped\n");
+}
+
+k3cli::Registrar reg("serve", "OpenAI-compatible HTTP server (llama-server flags): /v1/chat/completions, /v1/completions, ...",
+                     [](CLI::App* sub) {
+                       auto o = std::make_shared<ServeOptions>();
+                       o->gen.n_predict = -1;
+                       o->gen.add_to(sub);
+                       sub->get_option("-n")->description(
+                           "default max_tokens of a request (-1 = until a stop token or the context is full)");
+                       sub->get_option("-c")->description("context per sequence in tokens (prompt + generated)");
+                       sub->get_option("-b")->description("tokens per engine step (decode ids + prefill pieces)");
+                       sub->get_option("--seed")->description(
+                           "RNG seed of requests that give none (default: a random seed per request)");
+                       sub->add_option("--host", o->host, "address to listen on")->capture_default_str();
+                       sub->add_option("--port", o->port, "TCP port (0 = any free port)")->capture_default_str();
+                       sub->add_option("--parallel", o->parallel, "sequences decoded together (slots); -np N is the same")
+                           ->capture_default_str();
+                       sub->add_option("--queue", o->queue, "requests that may wait for a slot (more get 429)")
+                           ->capture_default_str();
+                       sub->add_option("--api-key", o->api_key, "require Authorization: Bearer KEY");
+                       sub->add_option("--alias", o->alias, "model id served (default: the model directory's name)");
+                       sub->add_option("--http-threads", o->http_threads,
+                                       "HTTP request threads (0 = parallel + queue + 8, at most 256)")->capture_default_str();
+                       sub->add_option("--timeout", o->timeout_s, "socket read/write timeout in seconds")
+                           ->capture_default_str()->check(CLI::PositiveNumber);
+                       sub->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                                       "seconds running requests may take to finish after SIGINT/SIGTERM")
+                           ->capture_default_str()->check(CLI::NonNegativeNumber);
+                       sub->add_flag("--test-forced-output", o->test_forced_output,
+                                     "testing only: accept \"k3_forced_output\" (text with K3 markers, or ids) in "
+                                     "requests, emitted instead of sampled tokens");
+                       sub->callback([o] { serve(*o); });
+                     });
+
+}  // namespace

@@ -1,0 +1,41 @@
+// The request handlers behind the routes of http_server.cpp. Each parses and validates its body
+// (ApiError on bad input, thrown before any byte of the response is sent), translates it into a
+// SeqRequest, and writes the OpenAI-shaped answer through httplib's chunked content provider,
+// started only once the sequence is queued (so validation, 401/404/413/429/503 keep their
+// status): one JSON object preceded by "\n" heartbeats (JSON-legal leading whitespace, one per
+// idle second, which detect a client that hung up), or an SSE stream with ": keep-alive"
+// comments. An engine error after the 200 header is an OpenAI error object in the body (SSE:
+// `data: {"error": ...}` then [DONE]).
+#pragma once
+#include <httplib.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "serve_context.h"
+
+namespace k3::server {
+
+/// POST /v1/chat/completions.
+void handle_chat(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+/// POST /v1/completions.
+void handle_completion(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+/// POST /tokenize: {"prompt": text} (encoded as /v1/completions does) or {"messages": [...],
+/// tools, reasoning_effort, chat_template_kwargs} (rendered as /v1/chat/completions does)
+/// -> {"count", "max_model_len", "tokens", "token_strs": null}.
+void handle_tokenize(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+/// POST /detokenize: {"tokens": [ids]} -> {"prompt": text} (invalid UTF-8 replaced by U+FFFD).
+void handle_detokenize(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+
+/// ApiError 404 (param "model") unless `model` is empty or the served id.
+void check_model(const ServeContext& ctx, const std::string& model);
+
+/// render_chat of a parsed chat request; the renderer's k3::Error becomes ApiError 400 with
+/// param "response_format" when it names that field, else "messages".
+std::vector<int32_t> render_chat_request(const ServeContext& ctx, const ChatRequest& cr);
+
+/// Sets a JSON body.
+void send_json(httplib::Response& res, const nlohmann::ordered_json& j, int status = 200);
+
+}  // namespace k3::server

@@ -1,0 +1,74 @@
+// Runs one submitted sequence for an endpoint: turns the SeqEvents of a SeqHandle into
+// StreamDeltas (through an OutputDecoder and the request's stop strings), feeds the latency
+// histograms, and cancels the sequence when a stop string matches or the client goes away.
+// Also the request -> SeqRequest steps both endpoints share (context check, max_tokens,
+// forced output, submit with 429/400 mapping).
+#pragma once
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "openai_response.h"
+#include "serve_context.h"
+#include "stop_matcher.h"
+#include "stream_parser.h"
+
+namespace k3::server {
+
+/// How a generation ended.
+struct GenerationResult {
+  FinishReason finish = FinishReason::Stop;
+  bool stop_string = false;  ///< ended by a text stop string (finish_reason "stop")
+  bool client_gone = false;  ///< emit() failed or alive() turned false; the sequence was cancelled
+  std::string error;         ///< when finish == Error
+  int64_t n_prompt = 0;
+  int64_t n_generated = 0;   ///< ids generated (up to the stop-string match; a stop id included)
+  int64_t reasoning_tokens = 0;
+};
+
+/// Receives each non-empty delta with the logprobs of the ids it came from; returns false when
+/// the client is gone.
+using EmitFn = std::function<bool(const StreamDelta&, const std::vector<TokenLogprob>&)>;
+
+/// Pops events until the done event. Stop strings apply to the content text. `alive` (optional)
+/// is polled while no event arrives and after each event that emit() did not already write
+/// (a false answer cancels the sequence: client_gone). The decoder's finish() output is emitted before returning
+/// (unless a stop string matched or the client is gone).
+GenerationResult drive_generation(const ServeContext& ctx, SeqHandle& h, OutputDecoder& dec, StopMatcher& stops,
+                                  bool want_logprobs, const EmitFn& emit, const std::function<bool()>& alive = {});
+
+/// The OpenAI finish_reason of a result: "stop", "length", "tool_calls" (stop with tool calls),
+/// "abort" (cancelled by the server), "error".
+std::string finish_reason_of(const GenerationResult& r, bool has_tool_calls);
+
+/// Fills a SeqRequest for `prompt`: checks the context (ApiError 400 in vLLM's words, param
+/// "input_tokens"), resolves max_tokens (the request's, else the server default; silently
+/// clamped to the room left in the context, n_ctx - prompt, as llama-server does: such a
+/// sequence ends with finish_reason "length"), sampling, stop ids, logprobs and the forced output (text encoded
+/// with specials allowed, or ids range-checked; param "k3_forced_output").
+SeqRequest make_seq_request(const ServeContext& ctx, std::vector<int32_t> prompt, const GenerationFields& g);
+
+/// Submits and registers the handle. Errors: ApiError 429 (queue full), 503 (shutting down),
+/// 400 (the scheduler's validation message).
+std::shared_ptr<SeqHandle> submit_request(const ServeContext& ctx, SeqRequest req);
+
+/// Unregisters a handle when the endpoint is done with it (cancelling it if still running).
+struct HandleGuard {
+  HandleGuard(const ServeContext* c, std::shared_ptr<SeqHandle> handle) : ctx(c), h(std::move(handle)) {}
+  HandleGuard(HandleGuard&& o) noexcept : ctx(o.ctx), h(std::move(o.h)) {}
+  HandleGuard(const HandleGuard&) = delete;
+  HandleGuard& operator=(const HandleGuard&) = delete;
+  HandleGuard& operator=(HandleGuard&&) = delete;
+  ~HandleGuard() {
+    if (h) {
+      h->cancel();
+      ctx->handles->remove(h);
+    }
+  }
+  const ServeContext* ctx;
+  std::shared_ptr<SeqHandle> h;
+};
+
+}  // namespace k3::server

@@ -1,0 +1,65 @@
+// k3::server::HttpServer — the cpp-httplib server of `k3 serve`: routes (OpenAI endpoints,
+// /tokenize, /detokenize, /health, /metrics), API-key check, OpenAI error bodies for every
+// failure (404 unknown path, 405 wrong method, 413 body over the limit, 503 while loading or
+// shutting down), one log line per request on stderr, and an orderly stop.
+//
+// Life cycle: bind() -> start() (serves /health with 503 "loading") -> set_ready(ctx) ->
+// stop_accepting() (new requests get 503) -> stop() (closes the listener, waits for in-flight
+// requests). Thread-safe between these calls and the request threads.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "serve_context.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace k3::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;                  ///< 0: pick a free port (see HttpServer::port())
+  std::string api_key;              ///< non-empty: require "Authorization: Bearer KEY" (not for /health)
+  int http_threads = 16;            ///< request threads (each streaming request holds one)
+  std::size_t max_body_bytes = 32u << 20;  ///< larger bodies get 413
+  int read_timeout_s = 30;          ///< socket read timeout (slow or stalled clients)
+  int write_timeout_s = 30;         ///< socket write timeout (a stalled stream is cancelled)
+};
+
+class HttpServer {
+ public:
+  explicit HttpServer(ServerConfig cfg);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  /// Binds the listening socket. Errors: k3::Error "--host/--port: cannot listen on H:P".
+  void bind();
+  /// Starts the accept loop on its own thread (requests are answered 503 until set_ready).
+  void start();
+  /// The model is loaded: serve `ctx` (which must outlive the server) from now on.
+  void set_ready(const ServeContext* ctx);
+  /// New requests are answered 503 from now on; running ones continue.
+  void stop_accepting();
+  /// Closes the listener and joins the accept thread, which waits for in-flight requests.
+  void stop();
+  /// The bound port.
+  int port() const { return port_; }
+
+ private:
+  void setup_routes();
+
+  ServerConfig cfg_;
+  std::unique_ptr<httplib::Server> svr_;
+  std::thread thread_;
+  std::atomic<const ServeContext*> ctx_{nullptr};
+  std::atomic<bool> accepting_{true};
+  int port_ = 0;
+};
+
+}  // namespace k3::server

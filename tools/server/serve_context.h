@@ -1,0 +1,59 @@
+// What the endpoints share once the model is loaded: tokenizer, scheduler, stop ids, limits,
+// request defaults, metrics, and the registry of live sequences (cancelled at shutdown).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "metrics.h"
+#include "openai_request.h"
+#include "runtime/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace k3::server {
+
+/// Live SeqHandles, so that a shutdown past its grace period can cancel them all.
+class HandleRegistry {
+ public:
+  void add(const std::shared_ptr<SeqHandle>& h) {
+    std::lock_guard<std::mutex> lk(mu_);
+    live_.insert(h);
+  }
+  void remove(const std::shared_ptr<SeqHandle>& h) {
+    std::lock_guard<std::mutex> lk(mu_);
+    live_.erase(h);
+  }
+  /// Cancels every live sequence (SeqHandle::cancel is idempotent).
+  void cancel_all() {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& h : live_) h->cancel();
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::shared_ptr<SeqHandle>> live_;
+};
+
+struct ServeContext {
+  const Tokenizer* tok = nullptr;
+  Scheduler* scheduler = nullptr;
+  std::vector<int32_t> stop_ids;  ///< LoadedModel::stop_ids()
+  int64_t n_ctx = 0;              ///< context per sequence (prompt + generated)
+  std::string model_id;           ///< --alias
+  RequestDefaults defaults;
+  Metrics* metrics = nullptr;
+  HandleRegistry* handles = nullptr;
+};
+
+/// Token counts of the request being served on this thread, for its log line (httplib runs a
+/// request's handler, its content provider and the logger on one worker thread).
+struct RequestLog {
+  int64_t prompt_tokens = -1;
+  int64_t generated_tokens = -1;
+};
+RequestLog& current_request_log();
+
+}  // namespace k3::server
