@@ -1,7 +1,7 @@
 // AVX-512 BF16 GEMV/GEMM: Y[t, r] = Σ_k W[r, k]·X[t, k], W bf16 [rows, K], X fp32 [T, K].
 // Same structure as the AVX2 kernel with 16 lanes: bf16 -> fp32 by vpmovzxwd + vpslld, fp32
-// FMA, register block 4 rows x 4 tokens (16 accumulators of 32 registers), masked tails (no
-// scalar remainder loop). Tokens tiled by 48, K blocked by 1024 for T > 1.
+// FMA, register block 4 rows x 6 tokens (24 accumulators of 32 registers; decode: 4 rows x 1),
+// masked tails (no scalar remainder loop). Tokens tiled by 48, K blocked by 1024 for T > 1.
 // Opt-in (K3_BF16_DOT=1), every T (decode too, so batching changes no bit) uses AVX512_BF16 instead: each 48-token x 1024 tile of X is rounded once to
 // bf16 (RNE, vcvtne2ps2bf16) and vdpbf16ps multiplies 32 weight/activation pairs per instruction
 // with fp32 accumulation (2x the FMA path's multiplies per instruction, no bf16->fp32 widening).
@@ -21,22 +21,24 @@ void micro(const uint16_t* w, int64_t ldw, const float* x, int64_t ldx, int64_t 
   __m512 acc[R][N];
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
+  // R converted weight vectors stay in registers; each token's X vector is loaded once and used
+  // for the R rows (R·N accumulators + R + 1 registers: 4 x 6 -> 29 of 32).
   int64_t i = 0;
   for (; i + 16 <= kn; i += 16) {
-    __m512 xv[N];
-    for (int n = 0; n < N; ++n) xv[n] = _mm512_loadu_ps(x + n * ldx + i);
-    for (int r = 0; r < R; ++r) {
-      const __m512 wv = load_bf16x16(w + r * ldw + i);
-      for (int n = 0; n < N; ++n) acc[r][n] = _mm512_fmadd_ps(wv, xv[n], acc[r][n]);
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = load_bf16x16(w + r * ldw + i);
+    for (int n = 0; n < N; ++n) {
+      const __m512 xv = _mm512_loadu_ps(x + n * ldx + i);
+      for (int r = 0; r < R; ++r) acc[r][n] = _mm512_fmadd_ps(wv[r], xv, acc[r][n]);
     }
   }
   if (i < kn) {
     const __mmask16 m = tail_mask16(kn - i);
-    __m512 xv[N];
-    for (int n = 0; n < N; ++n) xv[n] = _mm512_maskz_loadu_ps(m, x + n * ldx + i);
-    for (int r = 0; r < R; ++r) {
-      const __m512 wv = load_bf16x16_mask(w + r * ldw + i, m);
-      for (int n = 0; n < N; ++n) acc[r][n] = _mm512_fmadd_ps(wv, xv[n], acc[r][n]);
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = load_bf16x16_mask(w + r * ldw + i, m);
+    for (int n = 0; n < N; ++n) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + n * ldx + i);
+      for (int r = 0; r < R; ++r) acc[r][n] = _mm512_fmadd_ps(wv[r], xv, acc[r][n]);
     }
   }
   for (int r = 0; r < R; ++r)
@@ -49,15 +51,20 @@ void micro(const uint16_t* w, int64_t ldw, const float* x, int64_t ldx, int64_t 
 
 using MicroFn = void (*)(const uint16_t*, int64_t, const float*, int64_t, int64_t, float*, int64_t,
                          bool);
-constexpr int kR = 4, kN = 4;
+constexpr int kR = 4, kN = 4;  // the bf16-dot path's block; T == 1 FMA: 4-row groups
+// FMA path for T > 1: 4 rows x 6 tokens (24 FMAs per 4 bf16 conversions and 10 loads; 1.3x the
+// 4 x 4 block at T = 16, k3_bench_gemm_tokens; 3 x 8 was slower: more X loads per FMA). Every
+// output's arithmetic is the same for any block shape, so results do not change.
+constexpr int kFR = 4, kFN = 6;
 void gemm_fma(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
               float* y, int64_t ldy, int64_t r0, int64_t r1);
 
-constexpr MicroFn kMicro[kR][kN] = {
-    {micro<1, 1>, micro<1, 2>, micro<1, 3>, micro<1, 4>},
-    {micro<2, 1>, micro<2, 2>, micro<2, 3>, micro<2, 4>},
-    {micro<3, 1>, micro<3, 2>, micro<3, 3>, micro<3, 4>},
-    {micro<4, 1>, micro<4, 2>, micro<4, 3>, micro<4, 4>},
+constexpr MicroFn kMicro1[kR] = {micro<1, 1>, micro<2, 1>, micro<3, 1>, micro<4, 1>};
+constexpr MicroFn kMicro[kFR][kFN] = {
+    {micro<1, 1>, micro<1, 2>, micro<1, 3>, micro<1, 4>, micro<1, 5>, micro<1, 6>},
+    {micro<2, 1>, micro<2, 2>, micro<2, 3>, micro<2, 4>, micro<2, 5>, micro<2, 6>},
+    {micro<3, 1>, micro<3, 2>, micro<3, 3>, micro<3, 4>, micro<3, 5>, micro<3, 6>},
+    {micro<4, 1>, micro<4, 2>, micro<4, 3>, micro<4, 4>, micro<4, 5>, micro<4, 6>},
 };
 
 // R rows x N tokens with vdpbf16ps over kp (multiple of 32) bf16 elements; X already bf16.
@@ -164,7 +171,7 @@ void gemm_fma(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t
       const int64_t rn = r1 - r < kR ? r1 - r : kR;
       for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += 1024) {
         const int64_t kn = k - k0 < 1024 ? k - k0 : 1024;
-        kMicro[rn - 1][0](w + r * ldw + k0, ldw, x + k0, ldx, kn, y + r, ldy, k0 > 0);
+        kMicro1[rn - 1](w + r * ldw + k0, ldw, x + k0, ldx, kn, y + r, ldy, k0 > 0);
         if (k == 0) break;
       }
     }
@@ -176,10 +183,10 @@ void gemm_fma(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t
     const int64_t tn = t - t0 < tile_t ? t - t0 : tile_t;
     for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += kc) {
       const int64_t kn = k - k0 < kc ? k - k0 : kc;
-      for (int64_t r = r0; r < r1; r += kR) {
-        const int64_t rn = r1 - r < kR ? r1 - r : kR;
-        for (int64_t j = 0; j < tn; j += kN) {
-          const int64_t nn = tn - j < kN ? tn - j : kN;
+      for (int64_t r = r0; r < r1; r += kFR) {
+        const int64_t rn = r1 - r < kFR ? r1 - r : kFR;
+        for (int64_t j = 0; j < tn; j += kFN) {
+          const int64_t nn = tn - j < kFN ? tn - j : kFN;
           kMicro[rn - 1][nn - 1](w + r * ldw + k0, ldw, x + (t0 + j) * ldx + k0, ldx, kn,
                                  y + (t0 + j) * ldy + r, ldy, k0 > 0);
         }
