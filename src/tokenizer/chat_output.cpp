@@ -19,18 +19,18 @@ std::string unescape_attr(const std::string& v) {
   return o;
 }
 
-// "call tool=\"x\" index=\"1\"" -> tag "call", attrs.
-struct Tag {
-  std::string name;
-  std::vector<std::pair<std::string, std::string>> attrs;
-  std::string attr(const std::string& k) const {
-    for (const auto& [a, v] : attrs) if (a == k) return v;
-    return {};
-  }
-};
+enum class Channel { kReasoning, kContent, kArgument, kJson, kNone };
 
-Tag parse_tag(const std::string& s) {
-  Tag t;
+}  // namespace
+
+std::string K3Tag::attr(const std::string& k) const {
+  for (const auto& [a, v] : attrs)
+    if (a == k) return v;
+  return {};
+}
+
+K3Tag parse_k3_tag(const std::string& s) {
+  K3Tag t;
   std::size_t i = s.find(' ');
   t.name = s.substr(0, i);
   while (i != std::string::npos && i < s.size()) {
@@ -44,10 +44,6 @@ Tag parse_tag(const std::string& s) {
   }
   return t;
 }
-
-enum class Channel { kReasoning, kContent, kArgument, kJson, kNone };
-
-}  // namespace
 
 ParsedOutput parse_k3_output(const Tokenizer& tok, const std::vector<int32_t>& ids, bool prompt_opened_think) {
   ParsedOutput out;
@@ -94,7 +90,7 @@ ParsedOutput parse_k3_output(const Tokenizer& tok, const std::vector<int32_t>& i
       continue;
     }
     if (id == sep && mode != Mode::kBody) {
-      const Tag t = parse_tag(tok::utf8_sanitize(tag_text));
+      const K3Tag t = parse_k3_tag(tok::utf8_sanitize(tag_text));
       if (mode == Mode::kOpenTag) {
         if (t.name == "think") ch = Channel::kReasoning;
         else if (t.name == "response") ch = Channel::kContent;

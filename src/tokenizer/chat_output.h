@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
@@ -31,6 +32,18 @@ struct ParsedOutput {
   int32_t stop_id = -1;      ///< the id that stopped it, or -1
   std::size_t n_consumed = 0;  ///< ids read, including the stop id
 };
+
+/// The text between an <|open|> (or <|close|>) marker and <|sep|> (spec tokenizer.md §4.5):
+/// NAME then ` KEY="VALUE"` attributes, e.g. `call tool="get_weather" index="0"` -> name "call",
+/// attrs [("tool", "get_weather"), ("index", "0")]; values have &quot; and &amp; unescaped.
+struct K3Tag {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> attrs;  ///< in order of appearance
+  std::string attr(const std::string& key) const;          ///< value, or "" when absent
+};
+
+/// Parses a tag's text (UTF-8). Never throws: malformed attributes end the attribute list.
+K3Tag parse_k3_tag(const std::string& text);
 
 /// Parses ids generated after a K3 prompt. `prompt_opened_think`: the prompt ended with
 /// `<|open|>think<|sep|>` (thinking on, the default), so text before any marker is reasoning;

@@ -53,19 +53,6 @@ bool run_stream(ChatStreamState& s, httplib::DataSink& sink) {
   return true;
 }
 
-// An exception must not escape a content provider (it would end the process): report it in
-// the stream instead.
-bool guarded_stream(ChatStreamState& s, httplib::DataSink& sink) {
-  try {
-    return run_stream(s, sink);
-  } catch (const std::exception& e) {
-    const std::string t = sse(error_body(ApiError(500, std::string("generation failed: ") + e.what()))) + sse_done();
-    sink.write(t.data(), t.size());
-    sink.done();
-    return true;
-  }
-}
-
 // A non-streaming answer (see handle_chat).
 bool run_json(ChatStreamState& s, httplib::DataSink& sink) {
   const ServeContext& ctx = *s.ctx;
@@ -100,17 +87,6 @@ bool run_json(ChatStreamState& s, httplib::DataSink& sink) {
   return true;
 }
 
-bool guarded_json(ChatStreamState& s, httplib::DataSink& sink) {
-  try {
-    return run_json(s, sink);
-  } catch (const std::exception& e) {
-    const std::string t = error_body(ApiError(500, std::string("generation failed: ") + e.what())).dump();
-    sink.write(t.data(), t.size());
-    sink.done();
-    return true;
-  }
-}
-
 }  // namespace
 
 void handle_chat(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res) {
@@ -131,14 +107,18 @@ void handle_chat(const ServeContext& ctx, const httplib::Request& req, httplib::
     auto state = std::make_shared<ChatStreamState>(ChatStreamState{&ctx, HandleGuard{&ctx, h}, K3StreamParser(*ctx.tok, cr.chat.thinking),
                                                                    StopMatcher(cr.gen.stop), meta, want_lp, false});
     res.set_chunked_content_provider("application/json",
-                                     [state](size_t, httplib::DataSink& sink) { return guarded_json(*state, sink); });
+                                     [state](size_t, httplib::DataSink& sink) {
+                                       return guarded_provider(sink, false, [&] { return run_json(*state, sink); });
+                                     });
     return;
   }
   auto state = std::make_shared<ChatStreamState>(ChatStreamState{&ctx, HandleGuard{&ctx, h}, K3StreamParser(*ctx.tok, cr.chat.thinking),
                                                                  StopMatcher(cr.gen.stop), meta, want_lp, cr.gen.include_usage});
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider("text/event-stream",
-                                   [state](size_t, httplib::DataSink& sink) { return guarded_stream(*state, sink); });
+                                   [state](size_t, httplib::DataSink& sink) {
+                                     return guarded_provider(sink, true, [&] { return run_stream(*state, sink); });
+                                   });
 }
 
 }  // namespace k3::server

@@ -50,19 +50,6 @@ bool run_stream(CompletionStreamState& s, httplib::DataSink& sink) {
   return true;
 }
 
-// An exception must not escape a content provider (it would end the process): report it in
-// the stream instead.
-bool guarded_stream(CompletionStreamState& s, httplib::DataSink& sink) {
-  try {
-    return run_stream(s, sink);
-  } catch (const std::exception& e) {
-    const std::string t = sse(error_body(ApiError(500, std::string("generation failed: ") + e.what()))) + sse_done();
-    sink.write(t.data(), t.size());
-    sink.done();
-    return true;
-  }
-}
-
 // A non-streaming answer (see handle_completion).
 struct CompletionJsonState {
   const ServeContext* ctx;
@@ -108,17 +95,6 @@ bool run_json(CompletionJsonState& s, httplib::DataSink& sink) {
   return true;
 }
 
-bool guarded_json(CompletionJsonState& s, httplib::DataSink& sink) {
-  try {
-    return run_json(s, sink);
-  } catch (const std::exception& e) {
-    const std::string t = error_body(ApiError(500, std::string("generation failed: ") + e.what())).dump();
-    sink.write(t.data(), t.size());
-    sink.done();
-    return true;
-  }
-}
-
 }  // namespace
 
 void handle_completion(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res) {
@@ -140,7 +116,9 @@ void handle_completion(const ServeContext& ctx, const httplib::Request& req, htt
     auto state = std::make_shared<CompletionJsonState>(CompletionJsonState{
         &ctx, HandleGuard{&ctx, h}, PlainTextDecoder(*ctx.tok), StopMatcher(cr.gen.stop), meta, want_lp, echo_text});
     res.set_chunked_content_provider("application/json",
-                                     [state](size_t, httplib::DataSink& sink) { return guarded_json(*state, sink); });
+                                     [state](size_t, httplib::DataSink& sink) {
+                                       return guarded_provider(sink, false, [&] { return run_json(*state, sink); });
+                                     });
     return;
   }
   auto state = std::make_shared<CompletionStreamState>(CompletionStreamState{
@@ -148,7 +126,9 @@ void handle_completion(const ServeContext& ctx, const httplib::Request& req, htt
       cr.gen.include_usage, echo_text});
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider("text/event-stream",
-                                   [state](size_t, httplib::DataSink& sink) { return guarded_stream(*state, sink); });
+                                   [state](size_t, httplib::DataSink& sink) {
+                                     return guarded_provider(sink, true, [&] { return run_stream(*state, sink); });
+                                   });
 }
 
 }  // namespace k3::server

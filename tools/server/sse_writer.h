@@ -9,6 +9,9 @@
 #include <chrono>
 #include <string>
 
+#include "api_error.h"
+#include "openai_response.h"
+
 namespace k3::server {
 
 /// The heartbeat of a non-streaming JSON body: leading whitespace, which JSON parsers skip.
@@ -41,5 +44,22 @@ class SseWriter {
   std::string heartbeat_;
   std::chrono::steady_clock::time_point last_;
 };
+
+/// Runs a content provider's body `run()` (returns what the provider returns). An exception
+/// must not escape a provider (it would end the process) and the 200 header is already sent, so
+/// it becomes an OpenAI error object (500) in the body: as an SSE event followed by [DONE] when
+/// `sse_framing`, else the bare JSON. Returns true after reporting an error.
+template <class Run>
+bool guarded_provider(httplib::DataSink& sink, bool sse_framing, Run&& run) {
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    const Json err = error_body(ApiError(500, std::string("generation failed: ") + e.what()));
+    const std::string t = sse_framing ? sse(err) + sse_done() : err.dump();
+    sink.write(t.data(), t.size());
+    sink.done();
+    return true;
+  }
+}
 
 }  // namespace k3::server

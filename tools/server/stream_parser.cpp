@@ -5,49 +5,13 @@
 
 #include <random>
 
+#include "tokenizer/chat_output.h"
 #include "tokenizer/utf8.h"
 
 namespace k3::server {
 namespace {
 
 using OJ = nlohmann::ordered_json;
-
-std::string unescape_attr(const std::string& v) {
-  std::string o;
-  for (std::size_t i = 0; i < v.size();) {
-    if (v.compare(i, 6, "&quot;") == 0) { o.push_back('"'); i += 6; }
-    else if (v.compare(i, 5, "&amp;") == 0) { o.push_back('&'); i += 5; }
-    else o.push_back(v[i++]);
-  }
-  return o;
-}
-
-struct Tag {
-  std::string name;
-  std::vector<std::pair<std::string, std::string>> attrs;
-  std::string attr(const std::string& k) const {
-    for (const auto& [a, v] : attrs)
-      if (a == k) return v;
-    return {};
-  }
-};
-
-// Same grammar as chat_output.cpp: NAME then ` KEY="VALUE"` attributes.
-Tag parse_tag(const std::string& s) {
-  Tag t;
-  std::size_t i = s.find(' ');
-  t.name = s.substr(0, i);
-  while (i != std::string::npos && i < s.size()) {
-    while (i < s.size() && s[i] == ' ') ++i;
-    const std::size_t eq = s.find("=\"", i);
-    if (eq == std::string::npos) break;
-    const std::size_t end = s.find('"', eq + 2);
-    if (end == std::string::npos) break;
-    t.attrs.emplace_back(s.substr(i, eq - i), unescape_attr(s.substr(eq + 2, end - eq - 2)));
-    i = end + 1;
-  }
-  return t;
-}
 
 std::string dump(const OJ& v) { return v.dump(-1, ' ', false, OJ::error_handler_t::replace); }
 
@@ -132,7 +96,7 @@ void K3StreamParser::close_call(StreamDelta& d) {
 }
 
 void K3StreamParser::on_tag(bool open, StreamDelta& d) {
-  const Tag t = parse_tag(tok::utf8_sanitize(tag_));
+  const K3Tag t = parse_k3_tag(tok::utf8_sanitize(tag_));
   if (open) {
     if (t.name == "think") ch_ = Channel::Reasoning;
     else if (t.name == "response") ch_ = Channel::Content;

@@ -12,8 +12,11 @@
 
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/avx2/avx2_util.h"
+#include "kernels/mxfp4_x86_common.h"
 
 namespace k3::avx2 {
+
+using namespace k3::mxfp4_x86;  // E8m0HalfBits table, Scratch, min64, block_offsets
 
 void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
                            const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
@@ -117,18 +120,6 @@ void row_f32_n(const uint8_t* pr, const uint8_t* sr, int64_t nb, const float* x,
 // and of r0/r1.
 // Bounds: pair sum <= 2·24·128 = 6144, after vphaddw 12288, after vpmaddwd 24576 (packs exact).
 
-// (a plain struct, not std::array: this TU must not instantiate library templates, kernel_table.h)
-struct E8m0HalfBits {
-  uint32_t v[256];
-};
-constexpr E8m0HalfBits make_e8m0_half_bits() {
-  E8m0HalfBits t{};
-  for (uint32_t e = 0; e < 256; ++e)
-    t.v[e] = e == 255 ? 0x7fc00000u : (e >= 2 ? (e - 1) << 23 : (0x00200000u << e));
-  return t;
-}
-constexpr E8m0HalfBits kE8m0Half = make_e8m0_half_bits();
-constexpr const uint32_t* kE8m0HalfBits = kE8m0Half.v;
 
 inline __m256i t2u_table() {
   return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15,
@@ -140,26 +131,6 @@ constexpr int64_t kChunkBlocks = 64;  // decoded tile = 64·8·32 B = 16 KiB (st
 alignas(32) thread_local uint8_t g_dec[kChunkBlocks * kTileRows * 32];
 alignas(32) thread_local uint32_t g_ws[kChunkBlocks * kTileRows];
 
-// Per-thread growable scratch without library templates (kernel_table.h: ISA TUs must not
-// instantiate std:: templates, whose out-of-line copies the linker could pick for other ISAs).
-struct Scratch {
-  void* p = nullptr;
-  size_t bytes = 0;
-  Scratch() = default;
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { free(p); }
-  void* get(size_t n) {
-    if (n > bytes) {
-      void* q = realloc(p, n);
-      if (q == nullptr) abort();  // a few KiB per thread; out of memory here is not recoverable
-      p = q;
-      bytes = n;
-    }
-    return p;
-  }
-};
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // Decode blocks [b0, b0 + n) of the tile's rows (row index per lane) into g_dec / g_ws.
 inline void decode_tile(const uint8_t* packed, const uint8_t* scale, int64_t k, const int64_t* rows,
@@ -185,18 +156,6 @@ inline void decode_tile(const uint8_t* packed, const uint8_t* scale, int64_t k, 
   }
 }
 
-// 12·Σ_i q[t, 32b+i] for every (t, b): the offset that the +12 weight bias adds to a block dot.
-inline void block_offsets(const int8_t* q, int64_t n, int32_t* off) {
-  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-  for (int64_t i = 0; i < n; ++i) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * i));
-    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a), ones16);
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
-    off[i] = 12 * _mm_cvtsi128_si32(h);
-  }
-}
 
 // Exact int32 dots of 8 rows' u-bytes (p(l) = vpmaddubsw(u_l, a)) with one activation block.
 template <class P>

@@ -21,11 +21,14 @@
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/avx512/avx512_util.h"
 #include "kernels/avx2/avx2_kernels.h"
+#include "kernels/mxfp4_x86_common.h"
 
 #include <stdlib.h>
 
 
 namespace k3::avx512 {
+
+using namespace k3::mxfp4_x86;  // E8m0HalfBits table, Scratch, min64, block_offsets
 
 namespace {
 
@@ -101,35 +104,7 @@ void row_f32(const uint8_t* pr, const uint8_t* sr, int64_t nb, const float* x, i
 
 // ---- Transposed tile Q8 GEMM (T > 4) ----
 
-// (plain structs, not std::array / std::vector: ISA TUs must not instantiate library templates)
-struct E8m0HalfBits {
-  uint32_t v[256];
-};
-constexpr E8m0HalfBits make_e8m0_half_bits() {
-  E8m0HalfBits t{};
-  for (uint32_t e = 0; e < 256; ++e)
-    t.v[e] = e == 255 ? 0x7fc00000u : (e >= 2 ? (e - 1) << 23 : (0x00200000u << e));
-  return t;
-}
-constexpr E8m0HalfBits kE8m0Half = make_e8m0_half_bits();
 
-struct Scratch {
-  void* p = nullptr;
-  size_t bytes = 0;
-  Scratch() = default;
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { free(p); }
-  void* get(size_t n) {
-    if (n > bytes) {
-      void* q = realloc(p, n);
-      if (q == nullptr) abort();  // a few KiB per thread; out of memory here is not recoverable
-      p = q;
-      bytes = n;
-    }
-    return p;
-  }
-};
 
 constexpr int kTRows = 16;            // weight rows per tile (the 16 int32 / fp32 lanes)
 constexpr int64_t kTBlocks = 32;      // blocks per decoded chunk: 32 x 8 groups x 64 B = 16 KiB (L1)
@@ -138,7 +113,6 @@ constexpr int kTTok = 12;             // tokens per register group (12 accumulat
 alignas(64) thread_local uint8_t g_tdec[kTBlocks * 8 * 64];
 alignas(64) thread_local float g_tws[kTBlocks * kTRows];
 
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // Decodes blocks [b0, b0 + n) of the 16 rows rows[0..16) into g_tdec as [block][group g][row][4]:
 // group g < 4 holds the low nibbles of packed bytes 4g..4g+3 (activation positions 4g..4g+3 in
@@ -190,18 +164,6 @@ inline void decode_transposed(const uint8_t* packed, const uint8_t* scale, int64
   }
 }
 
-// 12·Σ_i q[t, 32b+i] for every (t, b): the offset that the +12 weight bias adds to a block dot.
-inline void block_offsets(const int8_t* q, int64_t n, int32_t* off) {
-  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-  for (int64_t i = 0; i < n; ++i) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * i));
-    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a), ones16);
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
-    off[i] = 12 * _mm_cvtsi128_si32(h);
-  }
-}
 
 // N tokens (j0..j0+N) of one tile over the decoded chunk [b0, b0 + n): acc (or y) += each block's
 // float(dot)·(ws·s_a), in block order, product and sum rounded separately.
