@@ -17,6 +17,9 @@ struct TensorView {
   const uint8_t* data = nullptr;  ///< first byte (inside the mapping); may be unaligned
   uint64_t nbytes = 0;          ///< == numel() * dtype_size(dtype)
   std::string file;             ///< file the bytes live in (for error messages)
+  /// Set on the trunk's copies quantized at load (`--trunk-type q8|q4`, kernels/q8q4_trunk.h):
+  /// k3::matmul then reads this encoding instead of `data` (which still points to the BF16).
+  const struct QuantMatrix* quant = nullptr;
 
   int64_t numel() const {
     int64_t n = 1;

@@ -1,4 +1,5 @@
 #include "kernels/ops.h"
+#include "kernels/q8q4_trunk.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -105,6 +106,7 @@ void matmul_bf16(const TensorView& w, const float* x, int64_t n_tokens, float* y
 }
 
 void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
+  if (w.quant) return matmul_quant(*w.quant, x, n_tokens, y);  // trunk quantized at load
   if (w.dtype == DType::F32) {
     check_tokens(n_tokens, w.name);
     ref::matmul(w, x, n_tokens, y);

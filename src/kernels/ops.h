@@ -20,7 +20,8 @@ namespace k3 {
 void matmul_bf16(const TensorView& w, const float* x, int64_t n_tokens, float* y);
 
 /// Drop-in replacement of k3::ref::matmul for the forward pass: Y [T, out] = X [T, in] · Wᵀ.
-/// BF16 weights take the dispatched kernels above; F32 weights (small, never hot) the fp32 oracle.
+/// BF16 weights take the dispatched kernels above; F32 weights (small, never hot) the fp32 oracle;
+/// a view with `quant` set (trunk quantized at load) k3::matmul_quant (kernels/q8q4_trunk.h).
 /// Errors: as matmul_bf16 (dtype must be BF16 or F32).
 void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y);
 

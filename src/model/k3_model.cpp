@@ -53,6 +53,13 @@ struct Model::Impl {
     if (has_mla) mla = MlaDims::from(cfg);
     if (has_moe) moe = MoeDims::from(cfg);
     act = GluActivation::from(cfg);
+    if (opt.trunk_quant && ex.fast) quantize_trunk(w, *opt.trunk_quant);
+    if (opt.expert_store)
+      for (size_t il = 0; il < w.layers.size(); ++il)
+        if (w.layers[il].spec.ffn == FfnKind::LatentMoE) {
+          w.layers[il].moe.store = opt.expert_store.get();
+          w.layers[il].moe.layer = static_cast<int>(il);
+        }
     if (cfg.attn_res_block_size <= 0)
       throw Error("config: attn_res_block_size must be > 0 (K3 uses Block AttnRes)");
   }
@@ -63,6 +70,8 @@ struct Model::Impl {
     SequenceState::Impl* st;
     std::span<const int32_t> tokens;
     int64_t n_logits;
+    bool per_token = false;                ///< BatchEntry::per_token
+    std::vector<float>* kda_steps = nullptr;  ///< BatchEntry::kda_steps
   };
   /// The layer loop of spec §3.1 over validated inputs, all parts stacked into one block;
   /// advances every state in place. Returns the logits rows of each part ([n_logits, V]).
@@ -135,7 +144,15 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry>
       if (e.tokens[t] < 0 || e.tokens[t] >= V)
         throw Error("forward: " + where(i) + "token id " + std::to_string(e.tokens[t]) + " at position " +
                     std::to_string(t) + " outside [0, vocab_size = " + std::to_string(V) + ")");
+    if (e.per_token && static_cast<int64_t>(e.tokens.size()) > m.opt.prefill_chunk)
+      throw Error("forward: " + where(i) + "a per-token (decode-form) entry of " +
+                  std::to_string(e.tokens.size()) + " tokens exceeds prefill_chunk = " +
+                  std::to_string(m.opt.prefill_chunk));
+    if (e.kda_steps && !e.per_token)
+      throw Error("forward: " + where(i) + "kda_steps needs a per-token (decode-form) entry");
   }
+  for (const BatchEntry& e : batch)
+    if (e.kda_steps) e.kda_steps->clear();
   // Inputs are validated above; the states are then advanced in place. An exception after this
   // point (corrupt weights) marks every state of the batch failed, so later calls refuse them.
   std::vector<std::vector<float>> logits(static_cast<size_t>(B));
@@ -158,7 +175,7 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry>
         const int64_t n_logits = e.logits == BatchLogits::All                 ? static_cast<int64_t>(n)
                                  : (e.logits == BatchLogits::Last && last) ? 1
                                                                             : 0;
-        parts.push_back({e.seq->impl.get(), e.tokens.subspan(b, n), n_logits});
+        parts.push_back({e.seq->impl.get(), e.tokens.subspan(b, n), n_logits, e.per_token, e.kda_steps});
         owner.push_back(i);
       }
       std::vector<std::vector<float>> l = m.run(parts, dump);
@@ -188,7 +205,7 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
   std::vector<SeqRows> segs(static_cast<size_t>(S));
   int64_t T = 0;
   for (int64_t s = 0; s < S; ++s) {
-    segs[s] = {T, static_cast<int64_t>(parts[s].tokens.size())};
+    segs[s] = {T, static_cast<int64_t>(parts[s].tokens.size()), parts[s].per_token, parts[s].kda_steps};
     T += segs[s].T;
   }
   std::vector<KdaState*> kda_states(static_cast<size_t>(S));

@@ -8,14 +8,24 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "io/checkpoint.h"
+#include "io/expert_store.h"
 #include "kernels/ops.h"
+#include "kernels/q8q4_trunk.h"
 
 namespace k3 {
 
 class DumpSink;  // named-intermediate recorder (model/dump.h)
+
+/// What a sequence-state file carries besides the state (format version 2).
+struct SequenceFileMeta {
+  std::string fingerprint;    ///< model_fingerprint() of the model that computed the state
+  std::vector<int32_t> ids;   ///< the ids the state holds ([n_past]), or empty when not recorded
+  std::string extra_json;     ///< caller's JSON object text (e.g. a chat's messages), or empty
+};
 
 /// Per-sequence state. Copyable (copy = fork the sequence at its current position).
 /// save()/load() write/read a self-describing binary file; load() checks it matches the model.
@@ -23,8 +33,15 @@ class SequenceState {
  public:
   int64_t n_past() const;                 ///< tokens consumed so far
   uint64_t bytes() const;                 ///< bytes held (KDA state + conv + MLA cache)
-  void save(const std::filesystem::path& file) const;
-  static SequenceState load(const std::filesystem::path& file, const struct ModelConfig& cfg);
+  /// Writes the state (file "K3SEQST1", version 2: JSON header with `meta`, fp32 payload,
+  /// CRC-32). Errors: k3::Error naming the file (cannot write, ids.size() != n_past).
+  void save(const std::filesystem::path& file, const SequenceFileMeta& meta = {}) const;
+  /// Reads a state written by save(). With `expect_fingerprint` non-empty, a state of another
+  /// model (or numeric path) is refused. Errors (k3::Error naming the file, what was expected and
+  /// found): missing, bad magic, older version, malformed header, layout of another model,
+  /// fingerprint mismatch, truncated, CRC mismatch.
+  static SequenceState load(const std::filesystem::path& file, const struct ModelConfig& cfg,
+                            SequenceFileMeta* meta = nullptr, const std::string& expect_fingerprint = {});
   // implementation-defined members live in model/sequence_state.h
   struct Impl;
   std::shared_ptr<Impl> impl;             ///< deep-copied on copy (see copy ctor)
@@ -58,6 +75,13 @@ struct ModelOptions {
   /// MXFP4 expert path on the Fast kernels; unset: default_mxfp4_path() (env K3_MXFP4=int8|exact,
   /// default int8). Ignored by Reference (always exact fp64).
   std::optional<Mxfp4Path> mxfp4;
+  /// Routed experts streamed from the shards through this store (io/expert_store.h, issue 13)
+  /// instead of read through the mapping; null: the mapping. Must be built on the same
+  /// checkpoint. Results are bit-identical either way.
+  std::shared_ptr<ExpertStore> expert_store;
+  /// Trunk quantized at load (`--trunk-type q8|q4`, model/weights.h quantize_trunk); unset: the
+  /// BF16 trunk as published. Used by the Fast kernels (the Reference oracle reads the BF16).
+  std::optional<QuantKind> trunk_quant;
 };
 
 /// Which logits rows a batch entry wants back.
@@ -73,6 +97,15 @@ struct BatchEntry {
   SequenceState* seq = nullptr;
   std::span<const int32_t> tokens;
   BatchLogits logits = BatchLogits::Last;
+  /// Decode form (model/seq_rows.h): the tokens run as one-token steps inside the one forward
+  /// (KDA decode-step recurrence, absorbed MLA), so logits and state are bit-identical to
+  /// feeding them one at a time; what speculative verification uses. Needs tokens.size() <=
+  /// prefill_chunk (k3::Error otherwise).
+  bool per_token = false;
+  /// With per_token: cleared, then filled with the KDA state after each token, per KDA layer
+  /// in layer order ([n_kda_layers, tokens.size(), S.size() + conv.size()] fp32, see
+  /// SeqRows::kda_steps). Rollback snapshots for speculative decoding (runtime/speculative.h).
+  std::vector<float>* kda_steps = nullptr;
 };
 
 class Model {

@@ -80,21 +80,59 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
   const int64_t work_per_expert = (rows / std::max<int64_t>(1, n_active) + 1) * 3 * L * dm.Im;
   // Across experts only when there are enough of them to keep every thread busy; otherwise
   // (decode with fewer selected experts than threads) each expert's GEMMs split rows instead.
-  const int64_t expert_grain =
-      n_active >= 2 * num_threads() ? grain_for_work(1, work_per_expert) : n_active;
-  parallel_for(n_active, expert_grain, [&](int64_t a0, int64_t a1) {
-    FBuf zg;
-    for (int64_t a = a0; a < a1; ++a) {
-      const int64_t e = active[a];
-      const auto& grp = groups[e];
-      const int64_t n = static_cast<int64_t>(grp.size());
-      zg.resize(static_cast<size_t>(n * L));
-      for (int64_t r = 0; r < n; ++r) std::copy_n(&z[grp[r].first * L], L, &zg[r * L]);
-      const ExpertWeights& exw = w.experts[e];
-      mxfp4_glu_ffn(exw.w1, exw.w3, exw.w2, zg.data(), n, ga, &yall[offset[a] * L], ex.mxfp4,
-                    prefix + "experts." + std::to_string(e));
+  // Runs active experts [b, e) (positions in `active`), in parallel across experts only when
+  // there are enough of them to keep every thread busy; otherwise (decode with fewer selected
+  // experts than threads) each expert's GEMMs split rows instead. With a lease (streamed
+  // experts, positions b.. are its entries 0..), the resident experts compute first while the
+  // others are still read. Each expert writes only its own slice of yall, so neither the order
+  // nor the grouping changes a bit of the result.
+  auto run_experts = [&](int64_t b, int64_t e, const ExpertStore::Lease* lease) {
+    const int64_t n_g = e - b;
+    std::vector<int64_t> order(static_cast<size_t>(n_g));
+    for (int64_t i = 0; i < n_g; ++i) order[static_cast<size_t>(i)] = b + i;
+    if (lease)
+      std::stable_partition(order.begin(), order.end(),
+                            [&](int64_t a) { return lease->ready(static_cast<size_t>(a - b)); });
+    const int64_t expert_grain = n_g >= 2 * num_threads() ? grain_for_work(1, work_per_expert) : n_g;
+    parallel_for(n_g, expert_grain, [&](int64_t i0, int64_t i1) {
+      FBuf zg;
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t a = order[static_cast<size_t>(i)];
+        const int64_t ei = active[a];
+        const auto& grp = groups[ei];
+        const int64_t n = static_cast<int64_t>(grp.size());
+        zg.resize(static_cast<size_t>(n * L));
+        for (int64_t r = 0; r < n; ++r) std::copy_n(&z[grp[r].first * L], L, &zg[r * L]);
+        ExpertWeights exw;
+        if (lease) {
+          const ExpertMatrices& m = lease->wait(static_cast<size_t>(a - b));
+          exw = {m.w1, m.w2, m.w3};
+        } else {
+          exw = w.experts[ei];
+        }
+        mxfp4_glu_ffn(exw.w1, exw.w3, exw.w2, zg.data(), n, ga, &yall[offset[a] * L], ex.mxfp4,
+                      prefix + "experts." + std::to_string(ei));
+      }
+    });
+  };
+  if (!w.store) {
+    run_experts(0, n_active, nullptr);
+  } else {
+    // Streamed: the chunk's distinct experts in groups of G, the next group's reads queued
+    // before this group computes, so at most 2·G experts are pinned (a prefill chunk may select
+    // every expert of the layer; decode selects k <= G: one group).
+    const int64_t G = std::max<int64_t>(2 * k, 32);
+    auto acquire = [&](int64_t b) {
+      return w.store->acquire(w.layer, std::span<const int64_t>(active.data() + b, std::min(G, n_active - b)));
+    };
+    ExpertStore::Lease cur = acquire(0);
+    for (int64_t b = 0; b < n_active; b += G) {
+      ExpertStore::Lease next;
+      if (b + G < n_active) next = acquire(b + G);
+      run_experts(b, std::min(b + G, n_active), &cur);
+      cur = std::move(next);
     }
-  });
+  }
   for (int64_t a = 0; a < n_active; ++a) {
     const auto& grp = groups[active[a]];
     for (size_t r = 0; r < grp.size(); ++r)
@@ -144,8 +182,18 @@ void latent_moe_forward(const MoeWeights& w, const MoeDims& dm, const GluActivat
     ref::matvec(*w.down, xt, z.data());
     // 5–6. Weighted sum of expert outputs in the latent space.
     std::fill(acc.begin(), acc.end(), 0.f);
+    ExpertStore::Lease lease;  // streamed experts: this token's k experts, read in parallel
+    if (w.store) {
+      const std::vector<int64_t> sel(ids.begin(), ids.end());
+      lease = w.store->acquire(w.layer, sel);
+    }
     for (int i = 0; i < k; ++i) {
-      const ExpertWeights& ex = w.experts[ids[i]];
+      ExpertWeights streamed;
+      if (w.store) {
+        const ExpertMatrices& m = lease.wait(static_cast<size_t>(i));
+        streamed = {m.w1, m.w2, m.w3};
+      }
+      const ExpertWeights& ex = w.store ? streamed : w.experts[ids[i]];
       const std::string what = prefix + "experts." + std::to_string(ids[i]);
       ref::matvec_mxfp4(ex.w1, z.data(), g.data(), what + ".w1.weight_scale");
       ref::matvec_mxfp4(ex.w3, z.data(), u.data(), what + ".w3.weight_scale");

@@ -27,6 +27,9 @@ struct MoeDims {
 /// and each selected expert run once on its group with mxfp4_glu_ffn (path ex.mxfp4), so every
 /// selected expert's bytes are read once per call; weighted outputs are added per token in
 /// ascending expert id (the oracle's order). Otherwise the per-token k3::ref oracle.
+/// With w.store set, both paths take the experts' bytes from the ExpertStore (one acquire per
+/// call on the fast path: the block's distinct experts; per token on the oracle path) instead of
+/// the mapping — identical results; a failed read throws the store's k3::Error (names the shard).
 void latent_moe_forward(const MoeWeights& w, const MoeDims& dims, const GluActivation& act,
                         const float* x, int64_t T, float* out, int32_t* topk_ids, float* topk_w,
                         const ExecOptions& ex = {});

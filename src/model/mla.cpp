@@ -256,7 +256,8 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x,
     }
     const int64_t n_all = n_past + Ts;
     const bool too_big = n_all * H * (d.dn + d.dv) * int64_t{4} > kMaxExpandedBytes;
-    const bool absorbed = mode == MlaMode::Absorbed || (mode == MlaMode::Auto && (Ts == 1 || too_big));
+    const bool absorbed = mode == MlaMode::Absorbed || (mode == MlaMode::Auto && (Ts == 1 || too_big)) ||
+                          segs[s].per_token;
     if (ex.fast)
       mla_attend_fast(w, d, &q[r0 * H * dq], Ts, cache, n_past, absorbed, &o[r0 * H * d.dv]);
     else

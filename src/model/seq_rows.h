@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace k3 {
 
@@ -12,6 +13,14 @@ namespace k3 {
 struct SeqRows {
   int64_t row0 = 0;  ///< first row in the block
   int64_t T = 0;     ///< tokens of this sequence in the block, >= 1
+  /// Decode form: the rows run as T one-token steps (KDA: the decode-step recurrence per token;
+  /// MLA: absorbed attention), so every row and the state after it are bit-identical to T
+  /// one-token forwards (speculative verification, algorithms.md §7.2).
+  bool per_token = false;
+  /// When set (decode form only), every KDA layer appends, in layer order and for each of its T
+  /// tokens, the state after that token: S [H, d, d] then the conv window [3, K−1, C], fp32
+  /// (one record = KdaState::S.size() + conv.size() floats). Speculative rollback snapshots.
+  std::vector<float>* kda_steps = nullptr;
 };
 
 /// Total rows of a batch (the sum of T); the segments must tile [0, total) in order.

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include <zlib.h>
+
 #include "core/error.h"
 
 namespace k3 {
@@ -12,7 +14,7 @@ namespace k3 {
 namespace {
 
 constexpr char kMagic[8] = {'K', '3', 'S', 'E', 'Q', 'S', 'T', '1'};
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 2: model fingerprint, ids, caller JSON, CRC-32
 
 using Shape = std::vector<int64_t>;
 
@@ -87,16 +89,29 @@ uint64_t SequenceState::bytes() const {
 }
 
 // File: 8-byte magic "K3SEQST1", u64 little-endian header length, JSON header
-// {"format","version","n_past","layers":[{il, kind, dims..., "floats": n}]}, then the fp32
-// payload of each layer in order (KDA: S then conv; MLA: cache rows).
-void SequenceState::save(const std::filesystem::path& file) const {
+// {"format","version","n_past","model_fingerprint","ids","extra","layers":[{il, kind, dims...,
+// "floats": n}]}, then the fp32 payload of each layer in order (KDA: S then conv; MLA: cache
+// rows), then a u32 CRC-32 (zlib) of every byte before it.
+void SequenceState::save(const std::filesystem::path& file, const SequenceFileMeta& meta) const {
   if (!impl) throw Error("sequence state: save of a moved-from state");
   if (impl->failed) throw Error("sequence state: save of a state left inconsistent by a failed forward pass");
-  nlohmann::json h;
+  if (!meta.ids.empty() && static_cast<int64_t>(meta.ids.size()) != impl->n_past)
+    throw Error("sequence state '" + file.string() + "': " + std::to_string(meta.ids.size()) +
+                " ids recorded for a state of " + std::to_string(impl->n_past) + " tokens");
+  nlohmann::ordered_json h;
   h["format"] = "k3-sequence-state";
   h["version"] = kVersion;
   h["n_past"] = impl->n_past;
-  nlohmann::json layers = nlohmann::json::array();
+  h["model_fingerprint"] = meta.fingerprint;
+  h["ids"] = meta.ids;
+  if (!meta.extra_json.empty()) {
+    try {
+      h["extra"] = nlohmann::ordered_json::parse(meta.extra_json);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("sequence state: extra metadata is not JSON: " + std::string(e.what()));
+    }
+  }
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (size_t il = 0; il < impl->layers.size(); ++il) {
     const LayerState& L = impl->layers[il];
     if (L.kind == AttnKind::KDA)
@@ -116,12 +131,17 @@ void SequenceState::save(const std::filesystem::path& file) const {
   std::ofstream f(file, std::ios::binary | std::ios::trunc);
   if (!f) throw Error("sequence state: cannot open '" + file.string() + "' for writing");
   const uint64_t n = hs.size();
-  f.write(kMagic, 8);
-  f.write(reinterpret_cast<const char*>(&n), 8);
-  f.write(hs.data(), static_cast<std::streamsize>(n));
-  auto put = [&](const std::vector<float>& v) {
-    f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  uLong crc = crc32(0, nullptr, 0);
+  auto write = [&](const void* p, size_t bytes) {
+    if (bytes == 0) return;
+    f.write(static_cast<const char*>(p), static_cast<std::streamsize>(bytes));
+    for (size_t off = 0; off < bytes; off += 1u << 30)
+      crc = crc32(crc, static_cast<const Bytef*>(p) + off, static_cast<uInt>(std::min<size_t>(bytes - off, 1u << 30)));
   };
+  write(kMagic, 8);
+  write(&n, 8);
+  write(hs.data(), n);
+  auto put = [&](const std::vector<float>& v) { write(v.data(), v.size() * 4); };
   for (const LayerState& L : impl->layers) {
     if (L.kind == AttnKind::KDA) {
       put(L.kda.S);
@@ -130,25 +150,39 @@ void SequenceState::save(const std::filesystem::path& file) const {
       put(L.mla.rows);
     }
   }
-  if (!f) throw Error("sequence state: write to '" + file.string() + "' failed");
+  const uint32_t c32 = static_cast<uint32_t>(crc);
+  f.write(reinterpret_cast<const char*>(&c32), 4);
+  if (!f) throw Error("sequence state: write to '" + file.string() + "' failed (disk full?)");
 }
 
-SequenceState SequenceState::load(const std::filesystem::path& file, const ModelConfig& cfg) {
+SequenceState SequenceState::load(const std::filesystem::path& file, const ModelConfig& cfg, SequenceFileMeta* meta,
+                                  const std::string& expect_fingerprint) {
   const std::string fn = file.string();
+  std::error_code ec0;
+  if (std::filesystem::exists(file, ec0) && !std::filesystem::is_regular_file(file, ec0))
+    throw Error("sequence state '" + fn + "': not a regular file");
   std::ifstream f(file, std::ios::binary);
   if (!f) throw Error("sequence state: cannot open '" + fn + "'");
+  uLong crc = crc32(0, nullptr, 0);
+  auto read = [&](void* p, size_t bytes) -> bool {
+    if (bytes == 0) return true;
+    if (!f.read(static_cast<char*>(p), static_cast<std::streamsize>(bytes))) return false;
+    for (size_t off = 0; off < bytes; off += 1u << 30)
+      crc = crc32(crc, static_cast<const Bytef*>(p) + off, static_cast<uInt>(std::min<size_t>(bytes - off, 1u << 30)));
+    return true;
+  };
   char magic[8];
   uint64_t n = 0;
-  if (!f.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0)
-    throw Error("sequence state '" + fn + "': bad magic, expected \"K3SEQST1\"");
-  if (!f.read(reinterpret_cast<char*>(&n), 8) || n > (64u << 20))
+  if (!read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0)
+    throw Error("sequence state '" + fn + "': bad magic, expected \"K3SEQST1\" (not a k3 sequence-state file)");
+  if (!read(&n, 8) || n > (256u << 20))
     throw Error("sequence state '" + fn + "': bad header length");
   std::string hs(n, '\0');
-  if (!f.read(hs.data(), static_cast<std::streamsize>(n)))
+  if (!read(hs.data(), n))
     throw Error("sequence state '" + fn + "': truncated header");
-  nlohmann::json h;
+  nlohmann::ordered_json h;
   try {
-    h = nlohmann::json::parse(hs);
+    h = nlohmann::ordered_json::parse(hs);
   } catch (const std::exception& e) {
     throw Error("sequence state '" + fn + "': header is not JSON: " + e.what());
   }
@@ -158,9 +192,20 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
   SequenceState s;
   *s.impl = Impl::fresh(cfg);
   try {
-    if (h.at("format") != "k3-sequence-state" || h.at("version") != kVersion)
-      throw Error("sequence state '" + fn + "': expected format k3-sequence-state version " +
-                  std::to_string(kVersion));
+    if (h.at("format") != "k3-sequence-state")
+      throw Error("sequence state '" + fn + "': expected format k3-sequence-state");
+    if (h.at("version") != kVersion)
+      throw Error("sequence state '" + fn + "': format version " + h.at("version").dump() + ", this k3 reads version " +
+                  std::to_string(kVersion) + " (save it again with this k3)");
+    const std::string fp = h.at("model_fingerprint").get<std::string>();
+    if (!expect_fingerprint.empty() && fp != expect_fingerprint)
+      throw Error("sequence state '" + fn + "': saved by another model or numeric path (fingerprint " + fp +
+                  "), this model is " + expect_fingerprint);
+    if (meta != nullptr) {
+      meta->fingerprint = fp;
+      meta->ids = h.at("ids").get<std::vector<int32_t>>();
+      meta->extra_json = h.contains("extra") ? h.at("extra").dump() : std::string();
+    }
     const int64_t n_past = h.at("n_past").get<int64_t>();
     const auto& layers = h.at("layers");
     if (n_past < 0 || !layers.is_array() || layers.size() != cfg.plan.size())
@@ -172,7 +217,7 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
       if (floats != v.size())
         throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " holds " +
                     std::to_string(floats) + " floats, model expects " + std::to_string(v.size()));
-      if (!f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4)))
+      if (!read(v.data(), v.size() * 4))
         throw Error("sequence state '" + fn + "': truncated payload at layer " + std::to_string(il));
     };
     for (size_t il = 0; il < layers.size(); ++il) {
@@ -212,6 +257,16 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
   } catch (const nlohmann::json::exception& e) {
     throw Error("sequence state '" + fn + "': malformed header: " + e.what());
   }
+  uint32_t stored = 0;
+  if (!f.read(reinterpret_cast<char*>(&stored), 4))
+    throw Error("sequence state '" + fn + "': truncated (the CRC-32 at the end is missing)");
+  if (stored != static_cast<uint32_t>(crc))
+    throw Error("sequence state '" + fn + "': CRC-32 mismatch: the file is corrupt");
+  if (f.peek() != std::char_traits<char>::eof())
+    throw Error("sequence state '" + fn + "': trailing bytes after the CRC-32");
+  if (meta != nullptr && !meta->ids.empty() && static_cast<int64_t>(meta->ids.size()) != s.impl->n_past)
+    throw Error("sequence state '" + fn + "': records " + std::to_string(meta->ids.size()) + " ids for " +
+                std::to_string(s.impl->n_past) + " tokens");
   s.impl->check_matches(cfg, "sequence state '" + fn + "'");
   return s;
 }

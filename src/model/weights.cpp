@@ -5,6 +5,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "kernels/threads.h"
 
 namespace k3 {
 
@@ -194,6 +195,45 @@ ModelWeights bind_weights(const Checkpoint& ck) {
       L.moe = bind_moe(ck, c, P + "block_sparse_moe.");
   }
   return w;
+}
+
+uint64_t quantize_trunk(ModelWeights& w, QuantKind kind) {
+  std::vector<const TensorView**> slots;
+  auto add = [&](const TensorView*& p) {
+    if (p && p->dtype == DType::BF16 && p->shape.size() == 2 && p->shape[1] % 32 == 0 && !p->quant) slots.push_back(&p);
+  };
+  if (w.lm_head != w.embed) add(w.lm_head);
+  for (LayerWeights& L : w.layers) {
+    if (L.spec.attn == AttnKind::KDA) {
+      for (const TensorView** p : {&L.kda.q_proj, &L.kda.k_proj, &L.kda.v_proj, &L.kda.f_a, &L.kda.f_b,
+                                   &L.kda.b_proj, &L.kda.g_proj, &L.kda.o_proj})
+        add(*p);
+    } else {
+      for (const TensorView** p : {&L.mla.q_a, &L.mla.q_b, &L.mla.kv_a, &L.mla.g_proj, &L.mla.o_proj}) add(*p);
+    }
+    if (L.spec.ffn == FfnKind::Dense) {
+      for (const TensorView** p : {&L.dense.gate, &L.dense.up, &L.dense.down}) add(*p);
+    } else {
+      add(L.moe.down);
+      add(L.moe.up);
+      if (L.moe.shared)
+        for (const TensorView** p : {&L.moe.shared->gate, &L.moe.shared->up, &L.moe.shared->down}) add(*p);
+    }
+  }
+  std::vector<QuantMatrix> q(slots.size());
+  parallel_for(static_cast<int64_t>(slots.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) q[static_cast<size_t>(i)] = quantize_matrix(**slots[static_cast<size_t>(i)], kind);
+  });
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    w.trunk_quant.push_back(std::move(q[i]));
+    bytes += w.trunk_quant.back().bytes();
+    TensorView v = **slots[i];
+    v.quant = &w.trunk_quant.back();
+    w.trunk_views.push_back(std::move(v));
+    *slots[i] = &w.trunk_views.back();
+  }
+  return bytes;
 }
 
 }  // namespace k3

@@ -5,12 +5,15 @@
 // mismatch throws k3::Error naming the tensor, the expected and the found dtype/shape.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <vector>
 
 #include "core/tensor.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
+#include "io/expert_store.h"
+#include "kernels/q8q4_trunk.h"
 
 namespace k3 {
 
@@ -67,7 +70,11 @@ struct MoeWeights {
   std::vector<float> latent_norm;      ///< [L]; empty when latent_moe_use_norm is false
   const TensorView* up = nullptr;      ///< BF16 [D, L] routed_expert_up_proj
   std::optional<GluMlpWeights> shared; ///< width num_shared_experts·moe_intermediate_size
-  std::vector<ExpertWeights> experts;  ///< [E]
+  std::vector<ExpertWeights> experts;  ///< [E] (views into the mapping; unused when streamed)
+  /// When set, routed experts are read from the shards through this store (io/expert_store.h)
+  /// instead of `experts`; same bytes, so the same results bit for bit. Not owned.
+  ExpertStore* store = nullptr;
+  int layer = -1;                      ///< this layer's index (the store's key)
 };
 
 struct LayerWeights {
@@ -83,14 +90,28 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
+  ModelWeights() = default;
+  ModelWeights(ModelWeights&&) = default;  // deque moves keep element addresses (views stay valid)
+  ModelWeights& operator=(ModelWeights&&) = default;
   const TensorView* embed = nullptr;    ///< BF16 [V, D]
   const TensorView* lm_head = nullptr;  ///< BF16 [V, D] (untied)
   std::vector<float> final_norm;        ///< [D] model.norm
   AttnResWeights out_res;               ///< output_attn_res_*
   std::vector<LayerWeights> layers;     ///< [num_hidden_layers]
+  std::deque<QuantMatrix> trunk_quant;  ///< encodings owned by quantize_trunk
+  std::deque<TensorView> trunk_views;   ///< their views (quant set), replacing the BF16 pointers
 };
 
 /// Binds and validates every text tensor the forward pass reads. Throws k3::Error.
 ModelWeights bind_weights(const Checkpoint& ck);
+
+/// Trunk quantization at load (issue 13): re-encodes every BF16 trunk matrix the fast path reads
+/// through k3::matmul — KDA/MLA projections (except MLA kv_b, read per head as raw BF16), dense
+/// and shared-expert MLPs, the LatentMoE down/up projections, lm_head — to `kind`
+/// (kernels/q8q4_trunk.h), in parallel, and points the weights at the quantized views. Kept in
+/// BF16: the embedding (row lookups), the routers (expert selection), kv_b, matrices whose
+/// column count is not a multiple of 32; routed experts stay MXFP4. Returns the bytes of the
+/// encodings. Errors: those of quantize_matrix (NaN/Inf in a weight, naming it).
+uint64_t quantize_trunk(ModelWeights& w, QuantKind kind);
 
 }  // namespace k3

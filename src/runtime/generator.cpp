@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "runtime/speculative.h"
 #include "runtime/stats.h"
 
 namespace k3 {
@@ -25,6 +26,33 @@ std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<con
   for (std::size_t i = 0; i < tokens.size(); i += static_cast<std::size_t>(n_batch)) {
     const std::size_t n = std::min(tokens.size() - i, static_cast<std::size_t>(n_batch));
     logits = model.forward(seq, tokens.subspan(i, n), false);
+  }
+  return logits;
+}
+
+std::vector<float> prefill_cached(const Model& model, PrefixCache& cache, SequenceState& seq,
+                                  std::span<const int32_t> prompt, int64_t n_batch, PrefixCache::Pin* pin,
+                                  int64_t* n_reused) {
+  if (prompt.empty()) throw Error("prefill: the prompt is empty (expected at least 1 token)");
+  if (n_batch < 1) throw Error("-b/--batch-size: expected >= 1, found " + std::to_string(n_batch));
+  if (seq.n_past() != 0) throw Error("prefill_cached: the sequence must be fresh (it holds " +
+                                     std::to_string(seq.n_past()) + " tokens)");
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  const int64_t B = cache.options().block_tokens;
+  int64_t pos = cache.lookup(prompt, &seq, pin);
+  if (n_reused != nullptr) *n_reused = pos;
+  const std::vector<int64_t> cuts = cache.snapshot_points(n);
+  std::vector<float> logits;
+  while (pos < n) {
+    int64_t end = std::min(n, pos + n_batch);
+    for (int64_t c : cuts)
+      if (c > pos) {
+        end = std::min(end, c);
+        break;
+      }
+    logits = model.forward(seq, prompt.subspan(static_cast<size_t>(pos), static_cast<size_t>(end - pos)), false);
+    pos = end;
+    if (pos % B == 0 || pos == n) cache.store(prompt.first(static_cast<size_t>(pos)), n, seq, pin);
   }
   return logits;
 }
@@ -52,12 +80,24 @@ GenerateResult generate(const Model& model, SequenceState& seq, std::span<const 
   GenerateResult r;
   r.n_prompt = static_cast<int64_t>(prompt.size());
   Timer t;
-  std::vector<float> logits = prefill(model, seq, prompt, opt.n_batch);
+  PrefixCache::Pin pin;  // the cached blocks this generation uses
+  std::vector<float> logits;
+  if (opt.cache != nullptr) {
+    logits = prefill_cached(model, *opt.cache, seq, prompt, opt.n_batch, &pin, &r.n_reused);
+    r.n_prompt -= r.n_reused;
+  } else {
+    logits = prefill(model, seq, prompt, opt.n_batch);
+  }
   for (int32_t id : prompt) sampler.accept(id);
   r.prompt_ms = t.ms();
   if (opt.on_prefilled) opt.on_prefilled(seq);
 
   t.restart();
+  if (opt.speculative) {
+    opt.speculative->decode(model, seq, prompt, sampler, opt, std::move(logits), on_token, r);
+    r.gen_ms = t.ms();
+    return r;
+  }
   auto is_stop = [&](int32_t id) { return std::find(opt.stop_ids.begin(), opt.stop_ids.end(), id) != opt.stop_ids.end(); };
   r.stop = StopReason::MaxTokens;
   while (opt.n_predict < 0 || static_cast<int64_t>(r.ids.size()) < opt.n_predict) {

@@ -8,9 +8,12 @@
 #include <vector>
 
 #include "model/k3_model.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 
 namespace k3 {
+
+class Speculator;  // runtime/speculative.h
 
 /// Why generate() returned.
 enum class StopReason { StopToken, MaxTokens, ContextFull, Cancelled };
@@ -26,13 +29,20 @@ struct GenerateOptions {
   /// Called once after the prompt is prefilled, with the state at the end of the prompt (e.g. to
   /// keep a copy for prompt reuse). Optional.
   std::function<void(const SequenceState&)> on_prefilled;
+  /// Prefix cache (prefix_cache.h), or null: the prompt resumes at its longest cached prefix
+  /// and its blocks are stored (prefill_cached). `seq` must then be fresh (n_past 0).
+  PrefixCache* cache = nullptr;
+  /// When set, the decode loop is speculative (drafts verified in one forward, exact rollback;
+  /// same ids as plain decoding at temp <= 0, same distribution otherwise). Not owned.
+  Speculator* speculative = nullptr;
 };
 
 struct GenerateResult {
   std::vector<int32_t> ids;  ///< sampled ids, the stop id (if any) last
   StopReason stop = StopReason::MaxTokens;
   int32_t stop_id = -1;      ///< the stop id when stop == StopToken
-  int64_t n_prompt = 0;      ///< ids prefilled by this call
+  int64_t n_prompt = 0;      ///< ids prefilled (computed) by this call
+  int64_t n_reused = 0;      ///< prompt ids taken from the prefix cache instead
   double prompt_ms = 0;      ///< prefill wall time
   double gen_ms = 0;         ///< sampling + decode wall time
 };
@@ -58,5 +68,16 @@ void check_prompt_fits(int64_t n_past, int64_t n_prompt, int64_t n_ctx);
 /// Feeds `tokens` into `seq` in chunks of n_batch and returns the logits of the last token
 /// ([vocab] fp32). Errors: k3::Error for an empty `tokens` or n_batch < 1, and Model::forward's.
 std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<const int32_t> tokens, int64_t n_batch);
+
+/// prefill() through a prefix cache: `seq` (fresh) resumes at cache.lookup(prompt) (the reused
+/// count goes to *n_reused), the rest is fed in pieces of at most n_batch that also end at the
+/// cache's snapshot points, and every full block (and the snapshots) is stored after each
+/// piece. The blocks used are pinned in *pin (may be null). Returns the last token's logits.
+/// With the cache's block size and n_batch multiples of the model's prefill_chunk, logits and
+/// state are bit-identical to prefill() of the whole prompt.
+/// Errors: as prefill(), and k3::Error when `seq` is not fresh.
+std::vector<float> prefill_cached(const Model& model, PrefixCache& cache, SequenceState& seq,
+                                  std::span<const int32_t> prompt, int64_t n_batch, PrefixCache::Pin* pin,
+                                  int64_t* n_reused);
 
 }  // namespace k3

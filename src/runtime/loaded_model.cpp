@@ -8,7 +8,8 @@
 
 namespace k3 {
 
-LoadedModel LoadedModel::open(const std::filesystem::path& dir, const ModelOptions& options) {
+LoadedModel LoadedModel::open(const std::filesystem::path& dir, const ModelOptions& options,
+                              const ExpertStreamOptions& stream) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw Error("-m/--model: '" + dir.string() + "' is not a directory (expected a K3 checkpoint directory)");
@@ -21,7 +22,12 @@ LoadedModel LoadedModel::open(const std::filesystem::path& dir, const ModelOptio
     throw Error("tokenizer of '" + dir.string() + "' has " + std::to_string(m.tokenizer->vocab_size()) +
                 " ids but config.json vocab_size is " + std::to_string(vocab));
   check_config_token_ids(m.checkpoint->config(), m.tokenizer->vocab_size(), (dir / "config.json").string());
-  m.model = std::make_unique<Model>(*m.checkpoint, options);
+  ModelOptions mo = options;
+  if (stream.enabled) {
+    m.expert_store = std::make_shared<ExpertStore>(*m.checkpoint, stream.store);
+    mo.expert_store = m.expert_store;
+  }
+  m.model = std::make_unique<Model>(*m.checkpoint, mo);
   m.load_ms = t.ms();
   return m;
 }

@@ -95,7 +95,7 @@ int32_t argmax(std::span<const float> logits) {
   return best;
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+Sampler::Weights Sampler::weights(std::span<const float> logits) const {
   if (logits.empty()) throw Error("sampler: empty logits row");
   const std::size_t n = logits.size();
   std::vector<Cand> c(n);
@@ -111,7 +111,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
     for (std::size_t i = 1; i < n; ++i)
       if (c[i].logit > c[best].logit) best = i;
     if (!std::isfinite(c[best].logit)) throw Error("sampler: no finite logit in the row");
-    return c[best].id;
+    return {{c[best].id}, {1.0}, 1.0};
   }
 
   auto cmp = [](const Cand& a, const Cand& b) { return before(a.logit, a.id, b.logit, b.id); };
@@ -148,19 +148,28 @@ int32_t Sampler::sample(std::span<const float> logits) {
     c.resize(keep);
   }
 
-  // temperature + draw
+  // temperature
   const double inv_t = 1.0 / static_cast<double>(p_.temp);
   const double mx = c.front().logit * inv_t;
-  std::vector<double> w(c.size());
-  double z = 0.0;
-  for (std::size_t i = 0; i < c.size(); ++i) z += (w[i] = std::exp(c[i].logit * inv_t - mx));
-  const double u = uniform01() * z;
-  double cum = 0.0;
+  Weights r{std::vector<int32_t>(c.size()), std::vector<double>(c.size()), 0.0};
   for (std::size_t i = 0; i < c.size(); ++i) {
-    cum += w[i];
-    if (u < cum) return c[i].id;
+    r.ids[i] = c[i].id;
+    r.z += (r.w[i] = std::exp(c[i].logit * inv_t - mx));
   }
-  return c.back().id;  // u rounded up to z
+  return r;
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  const Weights r = weights(logits);
+  if (p_.temp <= 0.0f) return r.ids[0];
+  // draw
+  const double u = uniform01() * r.z;
+  double cum = 0.0;
+  for (std::size_t i = 0; i < r.ids.size(); ++i) {
+    cum += r.w[i];
+    if (u < cum) return r.ids[i];
+  }
+  return r.ids.back();  // u rounded up to z
 }
 
 }  // namespace k3

@@ -57,6 +57,19 @@ class Sampler {
   /// Errors: k3::Error for an empty row or one with no finite logit / a NaN.
   int32_t sample(std::span<const float> logits);
 
+  /// The distribution sample() draws from for this row and history, after the whole chain:
+  /// ids[i] with probability w[i] / z (w > 0, double; ids in the chain's order: descending
+  /// logit, lower id first). Greedy (temp <= 0): the argmax id alone, w = z = 1. Does not touch
+  /// the RNG. Errors: as sample(). Used by speculative sampling (runtime/speculative.h).
+  struct Weights {
+    std::vector<int32_t> ids;
+    std::vector<double> w;
+    double z = 0;
+  };
+  Weights weights(std::span<const float> logits) const;
+  /// A uniform draw in [0, 1) (53 random bits) from this sampler's RNG.
+  double uniform() { return uniform01(); }
+
   /// Records an id (prompt or generated) in the repeat-penalty history.
   void accept(int32_t id);
   /// Forgets the history (the RNG keeps its position).

@@ -7,6 +7,7 @@
 
 #include "io/model_summary.h"
 #include "model/sequence_state.h"
+#include "runtime/stats.h"
 
 namespace k3 {
 
@@ -54,6 +55,12 @@ struct Scheduler::Slot {
   int32_t pending = -1;       ///< the last sampled id, fed by the next step (decode phase)
   int64_t n_generated = 0;    ///< ids sampled
   size_t forced_pos = 0;      ///< next forced id
+  size_t reused = 0;          ///< prompt ids taken from the prefix cache
+  std::vector<int64_t> cuts;  ///< the cache's snapshot points of this prompt (ascending)
+  PrefixCache::Pin pin;       ///< the cached blocks this sequence uses
+  int64_t id = 0;             ///< slot id in [0, n_parallel)
+  bool from_kept = false;     ///< continues a kept slot state: its blocks are not cached
+  std::vector<int32_t> out;   ///< ids sampled
   bool decoding() const { return prefilled == req.prompt.size(); }
 
   Slot(SeqRequest r, std::shared_ptr<SeqHandle> h, SequenceState s)
@@ -104,6 +111,8 @@ Scheduler::Scheduler(const Model& model, Options opt) : model_(model), opt_(opt)
   if (opt_.max_queue < 0) throw Error("--queue: expected >= 0, found " + std::to_string(opt_.max_queue));
   if (opt_.step_tokens < 1)
     throw Error("-b/--batch-size: expected >= 1 tokens per step, found " + std::to_string(opt_.step_tokens));
+  kept_.resize(static_cast<size_t>(opt_.n_parallel));
+  busy_.assign(static_cast<size_t>(opt_.n_parallel), false);
   thread_ = std::thread([this] { engine_loop(); });
 }
 
@@ -211,7 +220,49 @@ void Scheduler::engine_loop() {
           const int64_t rows = n_prompt + std::min<int64_t>(p.req.max_tokens, opt_.n_ctx - n_prompt);
           for (LayerState& ls : seq.impl->layers)
             if (ls.kind == AttnKind::MLA) ls.mla.rows.reserve(static_cast<size_t>(rows * ls.mla_dims.row()));
-          slots.push_back(std::make_unique<Slot>(std::move(p.req), p.handle, std::move(seq)));
+          // The slot id: the free one whose kept state the prompt extends the most, else a
+          // free one keeping nothing, else the lowest free one.
+          int64_t id = -1;
+          size_t kept_len = 0;
+          for (int64_t k = 0; k < opt_.n_parallel; ++k) {
+            if (busy_[static_cast<size_t>(k)]) continue;
+            const Kept& kp = kept_[static_cast<size_t>(k)];
+            const bool extends = kp.state && kp.ids.size() < p.req.prompt.size() &&
+                                 std::equal(kp.ids.begin(), kp.ids.end(), p.req.prompt.begin());
+            if (extends && kp.ids.size() > kept_len) id = k, kept_len = kp.ids.size();
+          }
+          for (int64_t k = 0; id < 0 && k < opt_.n_parallel; ++k)
+            if (!busy_[static_cast<size_t>(k)] && !kept_[static_cast<size_t>(k)].state) id = k;
+          for (int64_t k = 0; id < 0 && k < opt_.n_parallel; ++k)
+            if (!busy_[static_cast<size_t>(k)]) id = k;
+          if (id < 0) throw Error("no free slot id (internal)");
+          PrefixCache::Pin pin;
+          int64_t reused = 0;
+          std::vector<int64_t> cuts;
+          bool from_kept = false;
+          if (opt_.cache != nullptr) {
+            reused = opt_.cache->lookup(p.req.prompt, &seq, &pin);
+            cuts = opt_.cache->snapshot_points(n_prompt);
+          }
+          if (kept_len > static_cast<size_t>(reused)) {  // the slot's own sequence continues
+            Kept& kp = kept_[static_cast<size_t>(id)];
+            seq = std::move(*kp.state);
+            kp = Kept{};
+            for (LayerState& ls : seq.impl->layers)
+              if (ls.kind == AttnKind::MLA) ls.mla.rows.reserve(static_cast<size_t>(rows * ls.mla_dims.row()));
+            pin.release();
+            reused = static_cast<int64_t>(kept_len);
+            from_kept = true;
+          }
+          auto slot = std::make_unique<Slot>(std::move(p.req), p.handle, std::move(seq));
+          slot->prefilled = slot->reused = static_cast<size_t>(reused);
+          slot->cuts = std::move(cuts);
+          slot->pin = std::move(pin);
+          slot->id = id;
+          slot->from_kept = from_kept;
+          busy_[static_cast<size_t>(id)] = true;
+          stats_.prompt_tokens_reused += static_cast<uint64_t>(reused);
+          slots.push_back(std::move(slot));
         } catch (const std::exception& ex) {  // e.g. out of memory: this request fails, the rest go on
           SeqEvent e = done_event(FinishReason::Error, opt_, 0, 0);
           e.error = std::string("could not start the sequence: ") + ex.what();
@@ -232,15 +283,104 @@ void Scheduler::engine_loop() {
       stats_.running = static_cast<int64_t>(slots.size());
       uint64_t bytes = 0;
       for (const auto& s : slots) bytes += s->seq.bytes();
+      for (const Kept& k : kept_)
+        if (k.state) bytes += k.state->bytes();
       stats_.state_bytes = bytes;
     }
     cv_.notify_all();
   }
 }
 
+void Scheduler::retire(Slot& s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  busy_[static_cast<size_t>(s.id)] = false;
+  if (!opt_.keep_slot_states || !s.seq.impl || s.seq.impl->failed) return;
+  Kept k;
+  k.ids.assign(s.req.prompt.begin(), s.req.prompt.begin() + static_cast<std::ptrdiff_t>(s.prefilled));
+  k.ids.insert(k.ids.end(), s.out.begin(), s.out.end());
+  k.ids.resize(static_cast<size_t>(s.seq.n_past()));  // the last sampled id was never fed
+  k.state = std::move(s.seq);
+  kept_[static_cast<size_t>(s.id)] = std::move(k);
+}
+
+Scheduler::SlotFileResult Scheduler::save_slot(int64_t id, const std::filesystem::path& file,
+                                               const std::string& fingerprint) {
+  if (id < 0 || id >= opt_.n_parallel)
+    throw Error("slot id " + std::to_string(id) + " outside [0, " + std::to_string(opt_.n_parallel) + ")");
+  if (!opt_.keep_slot_states) throw Error("slot states are not kept (start the server with --slot-save-path)");
+  SequenceFileMeta meta;
+  std::optional<SequenceState> copy;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    const Kept& k = kept_[static_cast<size_t>(id)];
+    if (!k.state) throw Error("slot " + std::to_string(id) + " keeps no finished sequence to save");
+    copy = *k.state;
+    meta.ids = k.ids;
+  }
+  meta.fingerprint = fingerprint;
+  Timer t;
+  const std::filesystem::path tmp = file.string() + ".tmp";
+  copy->save(tmp, meta);
+  std::error_code ec;
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) throw Error("cannot rename '" + tmp.string() + "' to '" + file.string() + "': " + ec.message());
+  SlotFileResult r;
+  r.n_tokens = copy->n_past();
+  r.bytes = std::filesystem::file_size(file, ec);
+  r.ms = t.ms();
+  return r;
+}
+
+Scheduler::SlotFileResult Scheduler::restore_slot(int64_t id, const std::filesystem::path& file,
+                                                  const std::string& fingerprint) {
+  if (id < 0 || id >= opt_.n_parallel)
+    throw Error("slot id " + std::to_string(id) + " outside [0, " + std::to_string(opt_.n_parallel) + ")");
+  if (!opt_.keep_slot_states) throw Error("slot states are not kept (start the server with --slot-save-path)");
+  Timer t;
+  SequenceFileMeta meta;
+  SequenceState st = SequenceState::load(file, model_.config(), &meta, fingerprint);
+  if (static_cast<int64_t>(meta.ids.size()) != st.n_past())
+    throw Error("sequence state '" + file.string() + "': holds no token ids (not saved by a slot or `k3 run`)");
+  if (st.n_past() >= opt_.n_ctx)
+    throw Error("sequence state '" + file.string() + "': " + std::to_string(st.n_past()) +
+                " tokens do not fit the context of " + std::to_string(opt_.n_ctx));
+  SlotFileResult r;
+  r.n_tokens = st.n_past();
+  std::error_code ec;
+  r.bytes = std::filesystem::file_size(file, ec);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (busy_[static_cast<size_t>(id)]) throw Error("slot " + std::to_string(id) + " is running a request");
+    kept_[static_cast<size_t>(id)] = Kept{std::move(meta.ids), std::move(st)};
+  }
+  r.ms = t.ms();
+  return r;
+}
+
+Scheduler::SlotFileResult Scheduler::erase_slot(int64_t id) {
+  if (id < 0 || id >= opt_.n_parallel)
+    throw Error("slot id " + std::to_string(id) + " outside [0, " + std::to_string(opt_.n_parallel) + ")");
+  if (!opt_.keep_slot_states) throw Error("slot states are not kept (start the server with --slot-save-path)");
+  std::lock_guard<std::mutex> lk(mu_);
+  SlotFileResult r;
+  Kept& k = kept_[static_cast<size_t>(id)];
+  r.n_tokens = k.state ? k.state->n_past() : 0;
+  k = Kept{};
+  return r;
+}
+
+std::vector<std::pair<bool, int64_t>> Scheduler::slot_summary() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<std::pair<bool, int64_t>> v;
+  for (size_t k = 0; k < kept_.size(); ++k)
+    v.push_back({busy_[k], kept_[k].state ? kept_[k].state->n_past() : 0});
+  return v;
+}
+
 void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   uint64_t n_finished = 0, n_prompt_fed = 0, n_sampled = 0;
   auto finish = [&](size_t i, SeqEvent e) {
+    retire(*slots[i]);
     slots[i]->handle->push(std::move(e));
     slots[i].reset();
     ++n_finished;
@@ -276,6 +416,13 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     // decode rows took the whole budget.
     if (n == 0 && !any_prefill) n = std::min(chunk, remaining);
     if (n == 0) continue;
+    // A piece ends at the next KDA snapshot point of the prefix cache (on the chunk grid when
+    // the block size is a multiple of prefill_chunk), so the state there can be copied.
+    for (int64_t c : s.cuts)
+      if (c > static_cast<int64_t>(s.prefilled)) {
+        n = std::min<int64_t>(n, c - static_cast<int64_t>(s.prefilled));
+        break;
+      }
     const bool last = n == remaining;
     batch.push_back({&s.seq, std::span<const int32_t>(s.req.prompt).subspan(s.prefilled, static_cast<size_t>(n)),
                      last ? BatchLogits::Last : BatchLogits::None});
@@ -309,6 +456,14 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     if (!s.decoding()) {
       s.prefilled += batch[b].tokens.size();
       n_prompt_fed += batch[b].tokens.size();
+      if (opt_.cache != nullptr && !s.from_kept &&
+          (s.prefilled % static_cast<size_t>(opt_.cache->options().block_tokens) == 0 || s.decoding())) {
+        try {
+          opt_.cache->store(std::span<const int32_t>(s.req.prompt).first(s.prefilled),
+                            static_cast<int64_t>(s.req.prompt.size()), s.seq, &s.pin);
+        } catch (const std::exception&) {  // e.g. out of memory: the cache is best effort
+        }
+      }
     }
     if (logits[b].empty()) continue;
     const int64_t V = model_.config().vocab_size;
@@ -325,6 +480,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
       continue;
     }
     s.sampler.accept(e.id);
+    s.out.push_back(e.id);
     ++s.n_generated;
     ++n_sampled;
     e.time = std::chrono::steady_clock::now();

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,7 @@
 #include "core/error.h"
 #include "model/k3_model.h"
 #include "runtime/generator.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 
 namespace k3 {
@@ -96,7 +98,8 @@ struct SchedulerStats {
   int64_t running = 0;              ///< sequences in slots
   int64_t waiting = 0;              ///< requests queued
   uint64_t state_bytes = 0;         ///< bytes held by the running sequences' states
-  uint64_t prompt_tokens_total = 0; ///< prompt ids prefilled
+  uint64_t prompt_tokens_total = 0; ///< prompt ids prefilled (computed)
+  uint64_t prompt_tokens_reused = 0; ///< prompt ids taken from the prefix cache instead
   uint64_t generated_tokens_total = 0;  ///< ids sampled
   uint64_t steps_total = 0;         ///< forward_batch calls
   uint64_t finished_total = 0;      ///< sequences ended (any reason)
@@ -116,6 +119,22 @@ class Scheduler {
     /// Tokens per engine step (decode ids + prefill pieces), >= 1. A prefill piece is at most
     /// the model's prefill_chunk; one piece is always admitted so a step makes progress.
     int64_t step_tokens = 512;
+    /// Shared prefix cache (prefix_cache.h), or null for none. Admission resumes each prompt
+    /// at its longest cached prefix; prefill pieces stop at the cache's snapshot points and
+    /// every prefilled block is stored. Must outlive the scheduler.
+    PrefixCache* cache = nullptr;
+    /// llama-server's slot prompt cache: each slot keeps the state of the last sequence that
+    /// ran in it (prompt + generated ids), continued by a later request whose prompt extends
+    /// those ids, and saved / restored by save_slot() / restore_slot(). Costs up to one more
+    /// sequence state per slot (counted in stats().state_bytes).
+    bool keep_slot_states = false;
+  };
+
+  /// What save_slot() / restore_slot() / erase_slot() did.
+  struct SlotFileResult {
+    int64_t n_tokens = 0;   ///< tokens of state saved / restored / erased
+    uint64_t bytes = 0;     ///< file bytes written / read
+    double ms = 0;          ///< wall time
   };
 
   /// Starts the engine thread. The model must outlive the scheduler.
@@ -138,6 +157,18 @@ class Scheduler {
 
   SchedulerStats stats() const;
   const Options& options() const { return opt_; }
+
+  /// Writes the kept state of slot `id` (keep_slot_states) to `file` with `fingerprint`.
+  /// Errors: k3::Error when id is outside [0, n_parallel), keep_slot_states is off, the slot
+  /// keeps no finished sequence, or the file cannot be written.
+  SlotFileResult save_slot(int64_t id, const std::filesystem::path& file, const std::string& fingerprint);
+  /// Loads `file` (a state of this model: fingerprint checked) as slot `id`'s kept state.
+  /// Errors: as save_slot, a busy slot, and SequenceState::load's errors naming the file.
+  SlotFileResult restore_slot(int64_t id, const std::filesystem::path& file, const std::string& fingerprint);
+  /// Drops slot `id`'s kept state. Errors: id out of range, keep_slot_states off.
+  SlotFileResult erase_slot(int64_t id);
+  /// Per slot: running or not and the tokens of its kept state (for GET /slots).
+  std::vector<std::pair<bool, int64_t>> slot_summary() const;
   /// Upper bound of the state bytes of one sequence at n_ctx tokens (KDA + conv + MLA cache).
   uint64_t slot_bytes() const;
 
@@ -151,6 +182,14 @@ class Scheduler {
   /// Ends every queued request whose handle was cancelled (caller holds mu_).
   void drop_cancelled_locked();
   void step(std::vector<std::unique_ptr<Slot>>& slots);
+  /// A sequence ends: its slot id is free again, and its state is kept (keep_slot_states).
+  void retire(Slot& s);
+  struct Kept {
+    std::vector<int32_t> ids;               ///< the ids the state holds
+    std::optional<SequenceState> state;
+  };
+  std::vector<Kept> kept_;    ///< [n_parallel] (guarded by mu_)
+  std::vector<bool> busy_;    ///< [n_parallel] slot id in use (guarded by mu_)
 
   const Model& model_;
   Options opt_;

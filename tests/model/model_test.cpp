@@ -99,6 +99,51 @@ TEST(Model, SaveRestoreAndForkContinueIdentically) {
   fs::remove(file);
 }
 
+TEST(Model, SequenceFileCarriesFingerprintIdsAndChecksum) {
+  Tiny m;
+  const auto ids = ids_of(9, static_cast<int>(m.V()), 3);
+  auto seq = m.model->new_sequence();
+  m.model->forward(seq, ids, false);
+  const fs::path file = fs::path(K3_BINARY_DIR) / ("seqmeta-" + std::to_string(::getpid()) + ".bin");
+  k3::SequenceFileMeta meta{"00112233aabbccdd", ids, R"({"messages":[{"role":"user","content":"hi"}]})"};
+  seq.save(file, meta);
+  k3::SequenceFileMeta back;
+  auto loaded = k3::SequenceState::load(file, m.model->config(), &back, "00112233aabbccdd");
+  EXPECT_EQ(back.fingerprint, meta.fingerprint);
+  EXPECT_EQ(back.ids, ids);
+  EXPECT_EQ(back.extra_json, meta.extra_json);
+  EXPECT_EQ(loaded.n_past(), 9);
+  // Another model's fingerprint is refused with both values named.
+  try {
+    k3::SequenceState::load(file, m.model->config(), nullptr, "ffffffffffffffff");
+    FAIL() << "foreign state accepted";
+  } catch (const k3::Error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("00112233aabbccdd"), std::string::npos) << w;
+    EXPECT_NE(w.find("ffffffffffffffff"), std::string::npos) << w;
+    EXPECT_NE(w.find(file.string()), std::string::npos) << w;
+  }
+  // One flipped payload bit: CRC-32 mismatch.
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-20, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(-20, std::ios::end);
+    c = static_cast<char>(c ^ 1);
+    f.write(&c, 1);
+  }
+  try {
+    k3::SequenceState::load(file, m.model->config());
+    FAIL() << "corrupt state accepted";
+  } catch (const k3::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CRC-32"), std::string::npos) << e.what();
+  }
+  // ids that do not match the state are refused at save.
+  EXPECT_THROW(seq.save(file, k3::SequenceFileMeta{"x", {1, 2}, ""}), k3::Error);
+  fs::remove(file);
+}
+
 TEST(Model, IndependentSequencesDoNotInteract) {
   Tiny m;
   const auto a_ids = ids_of(10, static_cast<int>(m.V()), 3), b_ids = ids_of(10, static_cast<int>(m.V()), 4);

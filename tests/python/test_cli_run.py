@@ -200,12 +200,13 @@ def test_perplexity_errors_are_one_line(tiny, tmp_path, args, needle):
 # ----------------------------------------------------------------------------------------- chat
 
 def test_chat_piped_multi_turn(tiny):
-    r = k3("chat", "-m", tiny, "-n", 6, "--temp", 0, "--stats", stdin=b"Hi there\n\nHow are you?\n")
+    # turn 1 is longer than one 64-token prefix-cache block, so turn 2 resumes inside it
+    r = k3("chat", "-m", tiny, "-n", 6, "--temp", 0, "--stats", stdin=b"Hi there, " * 12 + b"\n\nHow are you?\n")
     assert r.returncode == 0, r.stderr
     stats = [ln for ln in r.stderr.decode().splitlines() if ln.startswith("load:")]
     assert len(stats) == 2, r.stderr
-    reused = [int(re.search(r"reused: (\d+) tok", ln).group(1)) for ln in stats]
-    assert reused[0] == 0 and reused[1] > 0   # turn 2 resumes from the saved state
+    reused = [int(re.search(r"cache: reused (\d+)/\d+ tok", ln).group(1)) for ln in stats]
+    assert reused[0] == 0 and reused[1] > 0   # turn 2 resumes from the prefix cache
     assert "\x1b[" not in r.stdout.decode()   # no ANSI codes when stdout is not a terminal
 
 

@@ -8,7 +8,6 @@
 
 #include "core/error.h"
 #include "runtime/generator.h"
-#include "runtime/prefix_states.h"
 #include "runtime/sampler.h"
 #include "runtime_test_util.h"
 
@@ -165,38 +164,6 @@ TEST(Generator, ChunkedPrefillMatchesOneCall) {
   }
   k3::SequenceState s = lm.model->new_sequence();
   EXPECT_THROW(k3::prefill(*lm.model, s, ids, 0), k3::Error);
-}
-
-TEST(Generator, PrefixStatesResumeLongestProperPrefix) {
-  const auto& lm = k3test::tiny();
-  const std::vector<int32_t> a{1, 2, 3, 4}, b{1, 2, 3, 4, 5, 6}, full{1, 2, 3, 4, 5, 6, 7, 8};
-  k3::PrefixStates cache(2);
-  k3::SequenceState sa = lm.model->new_sequence(), sb = lm.model->new_sequence();
-  lm.model->forward(sa, a, false);
-  lm.model->forward(sb, b, false);
-  cache.remember(a, sa);
-  cache.remember(b, sb);
-  std::size_t n = 99;
-  k3::SequenceState s = cache.fork_for(*lm.model, full, &n);
-  EXPECT_EQ(n, 6u);
-  EXPECT_EQ(s.n_past(), 6);
-  const std::vector<float> resumed = lm.model->forward(s, std::span<const int32_t>(full).subspan(6), false);
-  EXPECT_LT(rel_l2(resumed, full_last_logits(*lm.model, full)), 1e-5);
-  // the cached entry is not modified by continuing its fork
-  s = cache.fork_for(*lm.model, full, &n);
-  EXPECT_EQ(s.n_past(), 6);
-  // equal length is not a proper prefix; a mismatch gives a fresh state
-  cache.fork_for(*lm.model, b, &n);
-  EXPECT_EQ(n, 4u);
-  s = cache.fork_for(*lm.model, std::vector<int32_t>{9, 2, 3, 4, 5}, &n);
-  EXPECT_EQ(n, 0u);
-  EXPECT_EQ(s.n_past(), 0);
-  // capacity: the oldest entry goes
-  cache.remember(std::vector<int32_t>{7}, lm.model->new_sequence());
-  cache.fork_for(*lm.model, full, &n);
-  EXPECT_EQ(n, 6u);
-  cache.fork_for(*lm.model, std::vector<int32_t>{1, 2, 3, 4, 9}, &n);
-  EXPECT_EQ(n, 0u);
 }
 
 TEST(Generator, StopIdsIncludeEndOfMsgEosAndConfigEos) {

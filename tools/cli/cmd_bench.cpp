@@ -6,6 +6,9 @@
 // weight bytes / bandwidth).
 //
 //   k3 bench -m DIR [-t N] [-p 512] [-n 128] [-r 5] [--json] [--probe-mb 1024]
+//            [--stream-experts | --expert-cache-gb X] [--io-threads 16]
+// (streamed experts: the ExpertStore's hit rate and bytes read are printed on stderr; the
+// drive-bound larger-than-RAM benchmark is bench/expert_stream.cpp)
 //
 // Bandwidth-bound model for this: tools/reference/gen_bench_model.py --out /tmp/k3-bench.
 #include <nlohmann/json.hpp>
@@ -21,6 +24,7 @@
 #include "core/error.h"
 #include "flag_checks.h"
 #include "io/checkpoint.h"
+#include "io/expert_store.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 #include "kernels/read_bandwidth.h"
@@ -36,6 +40,9 @@ struct Options {
   std::string model;
   int threads = 0, prompt = 512, gen = 128, reps = 5, probe_mb = 1024;
   bool json = false;
+  bool stream_experts = false;  ///< experts read from the shards (issue 13, io/expert_store.h)
+  double expert_cache_gb = 0;
+  int io_threads = 16;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -87,13 +94,16 @@ double decode_bytes_formula(const k3::ModelConfig& c, int n_kda, int n_mla, int 
          (n_kda + n_mla) * per_layer + globals;
 }
 
-/// Touches every page of every tensor (parallel) so timed runs read RAM, not the disk.
-void page_in(const k3::Checkpoint& ck) {
+/// Touches every page of every tensor (parallel) so timed runs read RAM, not the disk; with
+/// streamed experts, every tensor but the routed experts.
+void page_in(const k3::Checkpoint& ck, bool skip_experts) {
   const auto& ts = ck.tensors();
   k3::parallel_for(static_cast<int64_t>(ts.size()), 1, [&](int64_t b, int64_t e) {
     volatile uint8_t sink = 0;
-    for (int64_t i = b; i < e; ++i)
+    for (int64_t i = b; i < e; ++i) {
+      if (skip_experts && ts[i].name.find(".experts.") != std::string::npos) continue;
       for (uint64_t o = 0; o < ts[i].nbytes; o += 4096) sink = sink ^ ts[i].data[o];
+    }
   });
 }
 
@@ -101,10 +111,19 @@ void run(const Options& o) {
   if (o.threads > 0) k3::set_num_threads(o.threads);
   const int nt = k3::num_threads();
   auto ck = k3::Checkpoint::open(o.model);
-  k3::Model model(*ck);
+  k3::ModelOptions mo;
+  std::shared_ptr<k3::ExpertStore> store;
+  if (o.stream_experts) {
+    k3::ExpertStoreOptions so;
+    so.cache_bytes = static_cast<uint64_t>(o.expert_cache_gb * 1e9);
+    so.io_threads = o.io_threads;
+    store = std::make_shared<k3::ExpertStore>(*ck, so);
+    mo.expert_store = store;
+  }
+  k3::Model model(*ck, mo);
   const k3::ModelConfig& c = model.config();
   const auto tp0 = Clock::now();
-  page_in(*ck);
+  page_in(*ck, o.stream_experts);
   const double t_page = seconds_since(tp0);
 
   // deterministic pseudo-random token ids (avoid the special ids at the top of the vocab)
@@ -161,6 +180,13 @@ void run(const Options& o) {
       throw k3::Error("bench: the logits of decode step " + std::to_string(o.gen) + " are not finite");
   }
   const k3::ReadBandwidth bw = k3::measure_read_bandwidth(static_cast<uint64_t>(o.probe_mb) << 20, 7);
+  if (store) {  // counters over the whole run (warm-up, prefill, decode)
+    const auto st = store->stats();
+    const double n = static_cast<double>(st.hits + st.misses);
+    std::fprintf(stderr, "experts streamed (%s, cache %.2f GB): hit rate %.1f%%, %.3f GB read in %llu reads\n",
+                 store->io_mode().c_str(), o.expert_cache_gb, n > 0 ? 100.0 * static_cast<double>(st.hits) / n : 0.0,
+                 static_cast<double>(st.bytes_read) / 1e9, static_cast<unsigned long long>(st.reads));
+  }
 
   const char* kernels = model.options().kernels == k3::ModelKernels::Reference ? "ref" : "fast";
   const char* mxfp4 = model.options().mxfp4 == k3::Mxfp4Path::ExactF32 ? "exact" : "int8";
@@ -238,6 +264,19 @@ const k3cli::Registrar kReg(
       sub->add_option("--probe-mb", o->probe_mb, "read-bandwidth probe buffer in MiB")
           ->capture_default_str()->check(k3cli::IntRange(1, 1 << 20));
       sub->add_flag("--json", o->json, "print JSON instead of tables");
+      sub->add_flag("--stream-experts", o->stream_experts, "read routed experts from the shards on demand (issue 13)");
+      sub->add_option_function<double>(
+             "--expert-cache-gb",
+             [o](double v) {
+               if (!(v >= 0 && v <= 1e6))
+                 throw CLI::ValidationError("--expert-cache-gb", "expected a number of GB in [0, 1e6]");
+               o->expert_cache_gb = v;
+               o->stream_experts = true;
+             },
+             "streamed experts: LRU cache budget in GB (0 = none); implies --stream-experts")
+          ->type_name("GB");
+      sub->add_option("--io-threads", o->io_threads, "streamed experts: reads in flight")
+          ->capture_default_str()->check(k3cli::IntRange(1, 1024));
       sub->callback([o] { run(*o); });
     });
 

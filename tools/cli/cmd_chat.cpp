@@ -3,7 +3,7 @@
 // streams the answer with the markup stripped (reasoning dimmed on a terminal, or hidden with
 // --hide-thinking), stops at <|end_of_msg|>, and keeps the parsed assistant message (reasoning +
 // content) for the next turn. Ctrl-C stops the current answer; Ctrl-D (EOF) exits 0.
-// The sequence state is reused across turns when the new prompt extends a saved prefix.
+// Each turn the whole conversation is the prompt; the prefix cache (runtime/prefix_cache.h) resumes it at its longest cached prefix.
 // The conversation survives a full context: when it no longer fits in -c (with room for the
 // answer) the oldest turns are dropped at turn boundaries, the system message kept
 // (runtime/chat_history.h), and a message that cannot fit at all is refused with a note.
@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <optional>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -21,13 +23,14 @@
 #include "command.h"
 #include "core/error.h"
 #include "flag_checks.h"
+#include "cache_flags.h"
 #include "gen_flags.h"
+#include "spec_flags.h"
 #include "runtime/chat_history.h"
 #include "runtime/chat_stream.h"
 #include "runtime/generator.h"
 #include "runtime/loaded_model.h"
 #include "runtime/nonfinite.h"
-#include "runtime/prefix_states.h"
 #include "runtime/stats.h"
 #include "tokenizer/chat_k3.h"
 #include "tokenizer/chat_output.h"
@@ -63,6 +66,10 @@ struct ChatCliOptions {
   bool stats = false;
   bool ignore_eos = false;
   bool strict_utf8 = false;
+  k3cli::CacheFlags cache;
+  k3cli::SpecFlags spec;   ///< speculative decoding (issue 12)
+  std::string state_save;  ///< --state-save FILE: the conversation + sequence state after each answer
+  std::string state_load;  ///< --state-load FILE: resume such a conversation
 };
 
 // std::getline with a bound: reads one line (without '\n') into `line`; a line longer than
@@ -104,7 +111,8 @@ void run(const ChatCliOptions& o) {
     throw k3::Error("-n/--n-predict: expected -1 (until stop) or >= 0, found " + std::to_string(o.gen.n_predict));
   const k3::SamplerParams sp = o.gen.sampler_params();
   k3cli::set_threads(o.gen.threads);
-  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir);
+  const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(1);  // memory plan (issue 13)
+  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, o.gen.model_options(), stream);
   const k3::Tokenizer& tok = *lm.tokenizer;
 
   k3::ChatOptions copt;
@@ -112,6 +120,25 @@ void run(const ChatCliOptions& o) {
   copt.thinking_effort = o.effort;
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+  const std::string fingerprint = k3::model_fingerprint(*lm.checkpoint, *lm.model);
+  // --state-load: the conversation and the sequence state after its last answer. The next
+  // prompt continues that state when it extends the saved ids (else the prefix cache serves it).
+  // Default-constructed (empty) until a turn's prompt is prefilled.
+  std::optional<k3::SequenceState> resume;
+  std::vector<int32_t> resume_ids;
+  if (!o.state_load.empty()) {
+    if (!o.system.empty()) throw k3::Error("--system: the conversation comes from --state-load; give one of them");
+    k3::SequenceFileMeta meta;
+    resume = k3::SequenceState::load(o.state_load, lm.model->config(), &meta, fingerprint);
+    resume_ids = meta.ids;
+    const nlohmann::ordered_json extra =
+        meta.extra_json.empty() ? nlohmann::ordered_json::object() : nlohmann::ordered_json::parse(meta.extra_json);
+    if (!extra.contains("messages") || !extra["messages"].is_array())
+      throw k3::Error("--state-load '" + o.state_load + "': not a k3 chat state (no \"messages\" array; a `k3 run` state?)");
+    messages = extra["messages"];
+    std::fprintf(stderr, "k3 chat: resumed %zu messages (%lld tokens of state) from '%s'\n", messages.size(),
+                 static_cast<long long>(resume->n_past()), o.state_load.c_str());
+  }
 
   const bool tty_in = isatty(0) != 0, tty_out = isatty(1) != 0;
   const char* dim = tty_out ? "\x1b[2m" : "<think>\n";
@@ -120,14 +147,20 @@ void run(const ChatCliOptions& o) {
     std::fprintf(stderr, "k3 chat: %s | Ctrl-C stops an answer, Ctrl-D exits\n", sp.describe().c_str());
 
   k3::Sampler sampler(sp);
-  k3::PrefixStates saved(2);
+  // Every turn's prompt is the whole conversation: the prefix cache resumes it at the last
+  // KDA snapshot of the previous turns (bit-identical to recomputing it).
+  const std::unique_ptr<k3::PrefixCache> cache = o.cache.make(lm);
   k3::GenerateOptions go;
+  go.cache = cache.get();
   go.n_predict = o.gen.n_predict;
   go.n_ctx = o.gen.n_ctx;
   go.n_batch = o.gen.n_batch;
   go.n_vocab = tok.vocab_size();
   if (!o.ignore_eos) go.stop_ids = lm.stop_ids();
   go.cancel = &g_interrupted;
+  k3::LoadedModel draft;
+  const std::unique_ptr<k3::Speculator> spec = o.spec.make(lm, sp, o.gen.model_options(), draft);
+  go.speculative = spec.get();
 
   // A line longer than this cannot fit in -c whatever it says (no token spans more bytes than
   // the longest one), so it is refused without being tokenized or even kept in memory.
@@ -169,11 +202,15 @@ void run(const ChatCliOptions& o) {
                    o.system.empty() ? "" : ", the system prompt kept", fit.prompt.size());
     const std::vector<int32_t> prompt = std::move(fit.prompt);
 
-    std::size_t n_reused = 0;
-    k3::SequenceState seq = saved.fork_for(*lm.model, prompt, &n_reused);
-    const std::span<const int32_t> fresh(prompt.data() + n_reused, prompt.size() - n_reused);
-    k3::SequenceState at_prompt;
-    go.on_prefilled = [&](const k3::SequenceState& s) { at_prompt = s; };
+    k3::SequenceState seq = lm.model->new_sequence();
+    size_t n_continued = 0;  // prompt ids already in a resumed state
+    if (resume && resume_ids.size() < prompt.size() && std::equal(resume_ids.begin(), resume_ids.end(), prompt.begin())) {
+      seq = std::move(*resume);
+      n_continued = resume_ids.size();
+    }
+    resume.reset();
+    k3::SequenceState at_prompt;  // with --state-save: the state after this turn's prompt
+    if (!o.state_save.empty()) go.on_prefilled = [&](const k3::SequenceState& st) { at_prompt = st; };
 
     k3::ChatStream stream(tok, copt.thinking);
     bool in_reasoning = false;
@@ -188,14 +225,16 @@ void run(const ChatCliOptions& o) {
         out(p.text);
       }
     };
-    sampler.reset_history();
-    for (std::size_t i = 0; i < n_reused; ++i) sampler.accept(prompt[i]);  // generate() accepts the rest
+    sampler.reset_history();  // generate() accepts the prompt's ids
+    for (size_t i = 0; i < n_continued; ++i) sampler.accept(prompt[i]);
+    go.cache = n_continued > 0 ? nullptr : cache.get();
     g_interrupted.store(false);
     k3::GenerateResult res;
     {  // the prompt fits (checked above); another error (e.g. NaN weights) propagates to main()
       SigintGuard guard;
       try {
-        res = k3::generate(*lm.model, seq, fresh, sampler, go, [&](int32_t id) {
+        res = k3::generate(*lm.model, seq, std::span<const int32_t>(prompt).subspan(n_continued), sampler, go,
+                           [&](int32_t id) {
           show(stream.push(id));
           return true;
         });
@@ -211,18 +250,25 @@ void run(const ChatCliOptions& o) {
       std::fprintf(stderr, "k3 chat: the answer filled the context (-c/--ctx-size %lld); the oldest turns go next turn\n",
                    static_cast<long long>(o.gen.n_ctx));
 
-    // History: the parsed answer; the state after the prompt and the state after the answer.
+    // History: the parsed answer (the next prompt renders it).
     const k3::ParsedOutput parsed = k3::parse_k3_output(tok, res.ids, copt.thinking);
     nlohmann::ordered_json msg = {{"role", "assistant"}, {"content", parsed.content}};
     if (!parsed.reasoning.empty()) msg["reasoning_content"] = parsed.reasoning;
     messages.push_back(msg);
     const uint64_t state_bytes = seq.bytes();
-    saved.clear();
-    saved.remember(prompt, std::move(at_prompt));
-    if (!res.ids.empty()) {
-      std::vector<int32_t> consumed = prompt;
-      consumed.insert(consumed.end(), res.ids.begin(), res.ids.end() - 1);  // the last id is never fed
-      saved.remember(std::move(consumed), std::move(seq));
+    if (n_continued > 0) res.n_reused = static_cast<int64_t>(n_continued);
+    if (!o.state_save.empty() && at_prompt.n_past() == static_cast<int64_t>(prompt.size())) {  // after every answer
+      // The state at the end of this turn's prompt (prefill-computed): the next turn's prompt
+      // extends exactly these ids, so a resumed session continues it without recomputation.
+      k3::SequenceFileMeta meta;
+      meta.fingerprint = fingerprint;
+      meta.ids = prompt;
+      meta.extra_json = nlohmann::ordered_json({{"messages", messages}}).dump();
+      const std::string tmp = o.state_save + ".tmp";
+      at_prompt.save(tmp, meta);
+      std::error_code ec;
+      std::filesystem::rename(tmp, o.state_save, ec);
+      if (ec) throw k3::Error("--state-save: cannot rename '" + tmp + "' to '" + o.state_save + "': " + ec.message());
     }
     if (o.stats) {
       k3::RunStats st;
@@ -232,8 +278,10 @@ void run(const ChatCliOptions& o) {
       st.n_gen = static_cast<int64_t>(res.ids.size());
       st.gen_ms = res.gen_ms;
       st.state_bytes = state_bytes;
-      std::fprintf(stderr, "%s | reused: %zu tok | stop: %s\n", st.line().c_str(), n_reused,
-                   k3::stop_reason_name(res.stop));
+      const std::string c = cache ? k3cli::cache_stats_phrase(*cache, res.n_reused, static_cast<int64_t>(prompt.size()))
+                                  : std::string("cache: off");
+      std::fprintf(stderr, "%s | %s | stop: %s\n", st.line().c_str(), c.c_str(), k3::stop_reason_name(res.stop));
+      if (spec) std::fprintf(stderr, "%s\n", k3cli::SpecFlags::stats_line(*spec).c_str());
     }
   }
   if (tty_in) out("\n");
@@ -252,6 +300,12 @@ k3cli::Registrar reg("chat", "Interactive multi-turn chat in the K3 chat format 
                                      "do not stop at <|end_of_msg|> / [EOS] (answers end at -n or -c; for testing)");
                        sub->add_flag("--strict-utf8", o->strict_utf8, "refuse (skip) a message that is not valid UTF-8 (default: warn)");
                        sub->add_flag("--stats", o->stats, "print a stats line on stderr after each answer");
+                       o->cache.add_to(sub);
+                       o->spec.add_to(sub);
+                       sub->add_option("--state-save", o->state_save,
+                                       "after every answer, save the conversation and its sequence state to this file");
+                       sub->add_option("--state-load", o->state_load,
+                                       "resume a conversation saved by --state-save");
                        sub->callback([o] { run(*o); });
                      });
 

@@ -1,12 +1,14 @@
-// `k3 info DIR [-c N] [--json]`: opens and validates a checkpoint, then prints its architecture,
+// `k3 info DIR [-c N] [--json] [--plan --ram-gb N[,N...]]`: opens and validates a checkpoint, then prints its architecture,
 // layer plan, parameter counts (total / active per token), bytes per dtype and the per-sequence
 // state for N tokens of context. It also loads the tokenizer files (as `k3 run` would) and checks
 // the config's token ids against the vocabulary; --check scans every tensor's bytes for NaN/Inf
 // and impossible MXFP4 scales (io/tensor_check.h), with a progress bar on large checkpoints.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,9 +18,12 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "flag_checks.h"
+#include "io/drive_probe.h"
+#include "io/memory_plan.h"
 #include "io/model_summary.h"
 #include "io/tensor_check.h"
 #include "io/tensor_table.h"
+#include "kernels/read_bandwidth.h"
 #include "kernels/threads.h"
 #include "tokenizer/tokenizer.h"
 
@@ -176,7 +181,87 @@ struct InfoOptions {
   int64_t n_ctx = 4096;
   bool json = false;
   bool check = false;
+  // --plan (issue 13, io/memory_plan.h)
+  bool plan = false;
+  std::vector<double> ram_gb;
+  std::string trunk_type = "bf16";
+  int64_t n_parallel = 1;
+  double prefix_cache_gb = 0;
+  double expert_cache_gb = -1;  ///< < 0: everything left
+  bool mapped = false;
+  double ram_gbs = 0, drive_gbs = 0;
+  bool probe = false;
 };
+
+// The plans of --plan, one per --ram-gb value; bandwidths from --ram-gbs/--drive-gbs or --probe
+// (RAM: kernels/read_bandwidth.h; drive: io/drive_probe.h, random expert-sized O_DIRECT reads
+// of the shards, skipped with a note when the shards are sparse).
+std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::Checkpoint& ck) {
+  const auto tt = k3::trunk_type_from_name(o.trunk_type);
+  if (!tt) throw k3::Error("--trunk-type: expected bf16, q8 or q4, found '" + o.trunk_type + "'");
+  if (o.ram_gb.empty()) throw k3::Error("--plan: give the machine's RAM with --ram-gb N (several values allowed)");
+  double ram_gbs = o.ram_gbs, drive_gbs = o.drive_gbs;
+  if (o.probe) {
+    if (ram_gbs <= 0) ram_gbs = k3::measure_read_bandwidth(256ull << 20, 5).median_gbs;
+    if (drive_gbs <= 0) {
+      std::vector<std::string> files;
+      uint64_t allocated = 0, size = 0;
+      for (const auto& e : std::filesystem::directory_iterator(ck.dir()))
+        if (e.path().extension() == ".safetensors") {
+          files.push_back(e.path().string());
+          struct stat sb{};
+          if (::stat(e.path().c_str(), &sb) == 0) {
+            allocated += static_cast<uint64_t>(sb.st_blocks) * 512;
+            size += static_cast<uint64_t>(sb.st_size);
+          }
+        }
+      if (allocated * 2 < size) {
+        std::fprintf(stderr, "plan: the shards are sparse (%.1f of %.1f GB allocated): no drive probe; give --drive-gbs\n",
+                     static_cast<double>(allocated) / 1e9, static_cast<double>(size) / 1e9);
+      } else {
+        k3::DriveProbeOptions po;  // records of this checkpoint's expert size (K3: 17.55 MB)
+        const k3::WeightBytes wb0 = k3::weight_bytes(ck);
+        const int64_t n_exp = int64_t{ck.config().n_moe_layers()} * ck.config().num_experts;
+        if (n_exp > 0 && wb0.experts > 0) po.record_bytes = wb0.experts / static_cast<uint64_t>(n_exp);
+        po.random = true;
+        po.records = 32;
+        const auto r = k3::probe_drive(files, po);
+        drive_gbs = r.gbs;
+        std::fprintf(stderr, "plan: drive probe %.2f GB/s (%lld random %.2f MB reads, %s)\n", r.gbs,
+                     static_cast<long long>(r.records), static_cast<double>(po.record_bytes) / 1e6,
+                     r.direct ? "O_DIRECT" : "buffered");
+      }
+    }
+  }
+  const k3::WeightBytes wb = k3::weight_bytes(ck);
+  std::vector<k3::MemoryPlan> plans;
+  for (double g : o.ram_gb) {
+    if (!(g > 0 && g < 1e7)) throw k3::Error("--ram-gb: expected a number of GB > 0, found " + fmt_g(g));
+    k3::PlanRequest r;
+    r.ram_bytes = static_cast<uint64_t>(g * 1e9);
+    r.trunk = *tt;
+    r.stream_experts = !o.mapped;
+    if (o.expert_cache_gb >= 0) r.expert_cache_bytes = static_cast<uint64_t>(o.expert_cache_gb * 1e9);
+    r.n_ctx = o.n_ctx;
+    r.n_parallel = o.n_parallel;
+    r.prefix_cache_bytes = static_cast<uint64_t>(o.prefix_cache_gb * 1e9);
+    r.ram_gbs = ram_gbs;
+    r.drive_gbs = drive_gbs;
+    plans.push_back(k3::make_memory_plan(ck.config(), wb, r));
+  }
+  return plans;
+}
+
+nlohmann::json plan_json(const k3::MemoryPlan& p) {
+  return {{"ram_bytes", p.req.ram_bytes}, {"trunk_type", std::string(k3::trunk_type_name(p.req.trunk))},
+          {"stream_experts", p.req.stream_experts}, {"trunk", p.trunk}, {"states", p.states},
+          {"prefix_cache", p.prefix_cache}, {"expert_buffers", p.transient}, {"reserve", p.reserve},
+          {"expert_cache", p.expert_cache}, {"experts_total", p.experts_total}, {"total", p.total},
+          {"fits", p.fits}, {"refusal", p.refusal}, {"hit_rate", p.hit_rate},
+          {"expert_bytes_per_token", p.expert_bytes_per_token}, {"drive_bytes_per_token", p.drive_bytes_per_token},
+          {"ram_bytes_per_token", p.ram_bytes_per_token}, {"tokens_per_s_serial", p.tokens_per_s_serial},
+          {"tokens_per_s_overlapped", p.tokens_per_s_overlapped}};
+}
 
 // Progress of --check on stderr: redrawn in place on a terminal, a line every ~10% otherwise;
 // silent for checkpoints under 256 MiB.
@@ -255,6 +340,23 @@ k3cli::Registrar reg("info", "Validate a checkpoint and print its architecture, 
                        sub->add_flag("--json", opt->json, "machine-readable output");
                        sub->add_flag("--check", opt->check,
                                      "also scan every tensor for NaN/Inf and impossible MXFP4 scales (reads every byte)");
+                       sub->add_flag("--plan", opt->plan, "print the memory plan for --ram-gb (issue 13)");
+                       sub->add_option("--ram-gb", opt->ram_gb, "machine RAM in GB for --plan (several: 64,128)")
+                           ->delimiter(',');
+                       sub->add_option("--trunk-type", opt->trunk_type, "plan: trunk type bf16 | q8 | q4")
+                           ->capture_default_str();
+                       sub->add_option("--parallel", opt->n_parallel, "plan: sequences in parallel")
+                           ->capture_default_str()->check(k3cli::IntRange(1, 1 << 20));
+                       sub->add_option("--prefix-cache-gb", opt->prefix_cache_gb, "plan: prefix cache budget in GB")
+                           ->check(CLI::Range(0.0, 1e7));
+                       sub->add_option("--expert-cache-gb", opt->expert_cache_gb,
+                                       "plan: expert cache in GB (default: all RAM the plan leaves)")
+                           ->check(CLI::Range(0.0, 1e7));
+                       sub->add_flag("--mapped", opt->mapped, "plan: experts mapped (all in RAM) instead of streamed");
+                       sub->add_option("--ram-gbs", opt->ram_gbs, "plan: RAM read bandwidth in GB/s")->check(CLI::Range(0.0, 1e6));
+                       sub->add_option("--drive-gbs", opt->drive_gbs, "plan: drive read bandwidth in GB/s")
+                           ->check(CLI::Range(0.0, 1e6));
+                       sub->add_flag("--probe", opt->probe, "plan: measure the RAM and drive bandwidths");
                        sub->callback([opt] {
                          // headers only (pread, nothing mapped) unless --check reads the bytes
                          k3::CheckpointOptions co;
@@ -283,10 +385,16 @@ k3cli::Registrar reg("info", "Validate a checkpoint and print its architecture, 
                          const auto st = k3::checkpoint_stats(*ck);
                          const auto p = k3::count_params(c);
                          const auto sb = k3::state_bytes(c);
-                         if (opt->json)
-                           std::printf("%s\n", to_json(opt->dir, c, st, p, sb, opt->n_ctx).dump(2).c_str());
-                         else
+                         std::vector<k3::MemoryPlan> plans;
+                         if (opt->plan) plans = make_plans(*opt, *ck);
+                         if (opt->json) {
+                           nlohmann::json j = to_json(opt->dir, c, st, p, sb, opt->n_ctx);
+                           for (const auto& pl : plans) j["plans"].push_back(plan_json(pl));
+                           std::printf("%s\n", j.dump(2).c_str());
+                         } else {
                            print_human(opt->dir, c, st, p, sb, opt->n_ctx);
+                           for (const auto& pl : plans) std::printf("\n%s", pl.format().c_str());
+                         }
                        });
                      });
 

@@ -14,7 +14,9 @@
 #include "core/error.h"
 #include "core/read_file.h"
 #include "flag_checks.h"
+#include "cache_flags.h"
 #include "gen_flags.h"
+#include "spec_flags.h"
 #include "runtime/generator.h"
 #include "runtime/loaded_model.h"
 #include "runtime/nonfinite.h"
@@ -33,6 +35,10 @@ struct RunOptions {
   bool json = false;
   bool strict_utf8 = false;
   k3cli::InputLimit input_limit;
+  std::string state_save;  ///< --state-save FILE
+  std::string state_load;  ///< --state-load FILE
+  k3cli::CacheFlags cache{0};  // off unless --cache-dir / --cache-ram: one prompt per process
+  k3cli::SpecFlags spec;       // speculative decoding (issue 12)
 };
 
 
@@ -57,7 +63,7 @@ std::vector<int32_t> parse_ids(const std::string& s, int32_t vocab) {
 
 void run(const RunOptions& o) {
   const int n_sources = !o.prompt.empty() + !o.prompt_file.empty() + !o.prompt_ids.empty();
-  if (n_sources != 1)
+  if (n_sources > 1 || (n_sources == 0 && o.state_load.empty()))
     throw k3::Error(n_sources == 0 ? "k3 run: no prompt (give -p TEXT, -f FILE or --prompt-ids LIST)"
                                    : "k3 run: give exactly one of -p, -f and --prompt-ids");
   if (o.gen.n_predict < -1)
@@ -65,15 +71,37 @@ void run(const RunOptions& o) {
   const k3::SamplerParams sp = o.gen.sampler_params();
   const std::string prompt_text =
       !o.prompt_file.empty() ? k3::read_file_bounded(o.prompt_file, "-f/--file", o.input_limit.limits()) : o.prompt;
-  if (o.prompt_ids.empty()) k3cli::check_utf8(prompt_text, o.strict_utf8, o.prompt_file.empty() ? "-p/--prompt" : "-f/--file '" + o.prompt_file + "'");
+  if (o.prompt_ids.empty() && n_sources == 1) k3cli::check_utf8(prompt_text, o.strict_utf8, o.prompt_file.empty() ? "-p/--prompt" : "-f/--file '" + o.prompt_file + "'");
   k3cli::set_threads(o.gen.threads);
 
-  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir);
+  const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(1);  // memory plan (issue 13)
+  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, o.gen.model_options(), stream);
   const k3::Tokenizer& tok = *lm.tokenizer;
-  const std::vector<int32_t> prompt =
+  std::vector<int32_t> prompt =
       o.prompt_ids.empty() ? tok.encode(prompt_text) : parse_ids(o.prompt_ids, tok.vocab_size());
+  const std::string fingerprint = k3::model_fingerprint(*lm.checkpoint, *lm.model);
+  // --state-load: the saved sequence continues. Its last sampled id was never fed (generate()'s
+  // invariant), so it goes first, then the new prompt: with no new prompt the run continues
+  // exactly as the saved run would have (bit-identical).
+  k3::SequenceState seq = lm.model->new_sequence();
+  std::vector<int32_t> history;  // the ids `seq` holds
+  if (!o.state_load.empty()) {
+    k3::SequenceFileMeta meta;
+    seq = k3::SequenceState::load(o.state_load, lm.model->config(), &meta, fingerprint);
+    history = meta.ids;
+    const nlohmann::json extra = meta.extra_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(meta.extra_json);
+    if (extra.contains("pending") && extra["pending"].is_number_integer()) {
+      const int64_t id = extra["pending"].get<int64_t>();
+      if (id < 0 || id >= tok.vocab_size())
+        throw k3::Error("--state-load '" + o.state_load + "': pending id " + std::to_string(id) + " outside the vocabulary");
+      prompt.insert(prompt.begin(), static_cast<int32_t>(id));
+    }
+    if (prompt.empty())
+      throw k3::Error("--state-load '" + o.state_load + "': the saved sequence has no pending id; give -p, -f or --prompt-ids");
+  }
   if (prompt.empty()) throw k3::Error("k3 run: the prompt is empty (expected at least 1 token)");
-  k3::check_prompt_fits(0, static_cast<int64_t>(prompt.size()), o.gen.n_ctx);  // before printing anything
+  k3::check_prompt_fits(seq.n_past(), static_cast<int64_t>(prompt.size()), o.gen.n_ctx);  // before printing anything
+  const std::unique_ptr<k3::PrefixCache> cache = seq.n_past() == 0 ? o.cache.make(lm) : nullptr;
 
   k3::GenerateOptions go;
   go.n_predict = o.gen.n_predict;
@@ -81,12 +109,16 @@ void run(const RunOptions& o) {
   go.n_batch = o.gen.n_batch;
   go.n_vocab = tok.vocab_size();
   if (!o.ignore_eos) go.stop_ids = lm.stop_ids();
+  go.cache = cache.get();
+  k3::LoadedModel draft;
+  const std::unique_ptr<k3::Speculator> spec = o.spec.make(lm, sp, o.gen.model_options(), draft);
+  go.speculative = spec.get();
 
   k3::Sampler sampler(sp);
-  k3::SequenceState seq = lm.model->new_sequence();
+  for (int32_t id : history) sampler.accept(id);  // the penalty history of the saved run
   k3::StreamDecoder dec(tok, /*skip_special=*/true);
   std::string text;
-  if (!o.json) {
+  if (!o.json && n_sources == 1) {
     std::string shown = o.prompt_ids.empty() ? prompt_text : tok.decode(prompt, true);
     std::fwrite(shown.data(), 1, shown.size(), stdout);
     std::fflush(stdout);
@@ -109,6 +141,22 @@ void run(const RunOptions& o) {
   }
   const std::string tail = dec.flush();
   text += tail;
+  if (!o.state_save.empty()) {
+    k3::SequenceFileMeta meta;
+    meta.fingerprint = fingerprint;
+    meta.ids = history;
+    meta.ids.insert(meta.ids.end(), prompt.begin(), prompt.end());
+    if (!r.ids.empty()) meta.ids.insert(meta.ids.end(), r.ids.begin(), r.ids.end() - 1);
+    nlohmann::json extra = nlohmann::json::object();
+    if (!r.ids.empty()) extra["pending"] = r.ids.back();
+    meta.extra_json = extra.dump();
+    k3::Timer ts;
+    seq.save(o.state_save, meta);
+    if (!o.no_stats)
+      std::fprintf(stderr, "k3 run: saved %lld tokens of sequence state to '%s' (%.1f MiB, %.1f ms)\n",
+                   static_cast<long long>(seq.n_past()), o.state_save.c_str(),
+                   static_cast<double>(seq.bytes()) / 1048576.0, ts.ms());
+  }
 
   k3::RunStats st;
   st.load_ms = lm.load_ms;
@@ -131,6 +179,10 @@ void run(const RunOptions& o) {
     j["stats"] = {{"load_ms", st.load_ms}, {"n_prompt", st.n_prompt}, {"prompt_ms", st.prompt_ms},
                   {"n_gen", st.n_gen}, {"gen_ms", st.gen_ms}, {"peak_rss_bytes", k3::peak_rss_bytes()},
                   {"state_bytes", st.state_bytes}};
+    if (spec)
+      j["speculative"] = {{"drafter", spec->drafter().name()}, {"verifies", spec->stats().verifies},
+                           {"drafted", spec->stats().drafted}, {"accepted", spec->stats().accepted},
+                           {"emitted", spec->stats().emitted}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fwrite(tail.data(), 1, tail.size(), stdout);
@@ -141,6 +193,9 @@ void run(const RunOptions& o) {
     if (r.stop == k3::StopReason::ContextFull)
       std::fprintf(stderr, "k3 run: stopped: context full (-c %lld)\n", static_cast<long long>(o.gen.n_ctx));
     std::fprintf(stderr, "%s\n", st.line().c_str());
+    if (cache) std::fprintf(stderr, "%s\n", k3cli::cache_stats_phrase(*cache, r.n_reused, static_cast<int64_t>(prompt.size())).c_str());
+    if (lm.expert_store) std::fprintf(stderr, "%s\n", k3cli::expert_stream_line(*lm.expert_store).c_str());
+    if (spec) std::fprintf(stderr, "%s\n", k3cli::SpecFlags::stats_line(*spec).c_str());
   }
 }
 
@@ -148,6 +203,7 @@ k3cli::Registrar reg("run", "Generate a continuation of a prompt, streamed to st
                      [](CLI::App* sub) {
                        auto o = std::make_shared<RunOptions>();
                        o->gen.add_to(sub);
+                       o->spec.add_to(sub);
                        sub->add_option("-p,--prompt", o->prompt, "prompt text (raw, no chat template, no [BOS])");
                        sub->add_option("-f,--file", o->prompt_file, "read the prompt from this file");
                        sub->add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
@@ -155,6 +211,13 @@ k3cli::Registrar reg("run", "Generate a continuation of a prompt, streamed to st
                        o->input_limit.add_to(sub);
                        sub->add_flag("--ignore-eos", o->ignore_eos, "do not stop at <|end_of_msg|> / [EOS]");
                        sub->add_flag("--no-stats", o->no_stats, "do not print the stats line on stderr");
+                       sub->add_option("--state-save", o->state_save,
+                                       "after the run, save the whole sequence state (KDA + MLA, the ids, the model "
+                                       "fingerprint) to this file");
+                       sub->add_option("--state-load", o->state_load,
+                                       "continue a sequence saved by --state-save (the prompt, if any, is appended; "
+                                       "without one the saved run continues exactly)");
+                       o->cache.add_to(sub);
                        sub->add_flag("--json", o->json,
                                      "print one JSON object (prompt_ids, ids, text, stop, stats) instead of streaming");
                        sub->callback([o] { run(*o); });

@@ -20,6 +20,7 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "cache_flags.h"
 #include "gen_flags.h"
 #include "http_server.h"
 #include "metrics.h"
@@ -41,6 +42,8 @@ struct ServeOptions {
   int timeout_s = 30;
   int shutdown_timeout_s = 30;
   bool test_forced_output = false;
+  k3cli::CacheFlags cache;
+  std::string slot_save_path;
 };
 
 uint64_t physical_ram_bytes() {
@@ -142,13 +145,34 @@ void serve(const ServeOptions& o) {
   http.start();
   std::fprintf(stderr, "k3 serve: listening on http://%s:%d (loading the model)\n", o.host.c_str(), http.port());
 
-  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir);
+  const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(o.parallel);  // memory plan (issue 13)
+  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, o.gen.model_options(), stream);
   k3::Scheduler::Options so;
   so.n_parallel = o.parallel;
   so.n_ctx = o.gen.n_ctx;
   so.max_queue = o.queue;
   so.step_tokens = o.gen.n_batch;
+  // The prefix cache is shared by every slot and outlives the scheduler (its destructor writes
+  // the RAM blocks to --cache-dir, so a restart is served from there).
+  const std::unique_ptr<k3::PrefixCache> cache = o.cache.make(lm);
+  so.cache = cache.get();
+  std::string fingerprint = k3::model_fingerprint(*lm.checkpoint, *lm.model);
+  if (!o.slot_save_path.empty()) {
+    std::error_code sec;
+    std::filesystem::create_directories(o.slot_save_path, sec);
+    if (!std::filesystem::is_directory(o.slot_save_path, sec))
+      throw k3::Error("--slot-save-path: '" + o.slot_save_path + "' is not a directory and cannot be created");
+    so.keep_slot_states = true;
+  }
   auto sched = std::make_unique<k3::Scheduler>(*lm.model, so);
+  if (cache)
+    std::fprintf(stderr, "k3 serve: prefix cache: RAM %s, blocks of %lld tokens, a KDA snapshot (%s) every %lld blocks "
+                         "and at each prompt's last block%s\n",
+                 mib(cache->options().ram_bytes).c_str(), static_cast<long long>(cache->options().block_tokens),
+                 mib(cache->snapshot_bytes()).c_str(), static_cast<long long>(cache->snapshot_every()),
+                 o.cache.dir.empty() ? "" : (", disk tier " + o.cache.dir + " (" + mib(cache->options().disk_bytes) + ")").c_str());
+  else
+    std::fprintf(stderr, "k3 serve: prefix cache: off\n");
   const uint64_t slot = sched->slot_bytes(), total = slot * static_cast<uint64_t>(o.parallel);
   const uint64_t ram = physical_ram_bytes();
   std::fprintf(stderr, "k3 serve: sequence state %s per slot x %lld slots = %s (context %lld tokens; RAM %s)\n",
@@ -172,6 +196,9 @@ void serve(const ServeOptions& o) {
   if (ctx.model_id.empty()) ctx.model_id = std::filesystem::absolute(o.gen.model_dir).parent_path().filename().string();
   ctx.defaults = defaults;
   ctx.metrics = &metrics;
+  ctx.cache = cache.get();
+  ctx.slot_save_path = o.slot_save_path;
+  ctx.fingerprint = fingerprint;
   ctx.handles = &handles;
   http.set_ready(&ctx);
   std::string sampling = defaults.sampling.describe();
@@ -240,6 +267,10 @@ k3cli::Registrar reg("serve", "OpenAI-compatible HTTP server (llama-server flags
                        sub->add_flag("--test-forced-output", o->test_forced_output,
                                      "testing only: accept \"k3_forced_output\" (text with K3 markers, or ids) in "
                                      "requests, emitted instead of sampled tokens");
+                       o->cache.add_to(sub);
+                       sub->add_option("--slot-save-path", o->slot_save_path,
+                                       "directory for POST /slots/{id}?action=save|restore files (slots then keep "
+                                       "their last sequence's state)");
                        sub->callback([o] { serve(*o); });
                      });
 

@@ -4,14 +4,18 @@
 // over the last 64 ids; the seed is random unless --seed is given.
 #pragma once
 #include <omp.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <string>
 
 #include "flag_checks.h"
+#include "io/memory_plan.h"
 #include "kernels/threads.h"
+#include "runtime/loaded_model.h"
 #include "runtime/sampler.h"
 
 namespace k3cli {
@@ -21,6 +25,21 @@ namespace k3cli {
 inline void set_threads(int n) {
   k3::set_num_threads(n);
   if (n > 0) omp_set_num_threads(n);
+}
+
+/// One stderr line of expert-streaming counters: I/O mode, cache budget, hit rate, bytes and reads,
+/// seconds the forward pass waited for reads (the drive rate is measured by bench/expert_stream).
+inline std::string expert_stream_line(const k3::ExpertStore& s) {
+  const k3::ExpertStoreStats st = s.stats();
+  const uint64_t n = st.hits + st.misses;
+  char b[320];
+  std::snprintf(b, sizeof b,
+                "experts streamed (%s, cache %.2f GB): %llu acquired, hit rate %.1f%%, %.3f GB read in %llu reads, "
+                "%.2f s waiting for reads",
+                s.io_mode().c_str(), static_cast<double>(s.options().cache_bytes) / 1e9,
+                static_cast<unsigned long long>(n), n ? 100.0 * static_cast<double>(st.hits) / static_cast<double>(n) : 0.0,
+                static_cast<double>(st.bytes_read) / 1e9, static_cast<unsigned long long>(st.reads), st.wait_seconds);
+  return b;
 }
 
 struct GenFlags {
@@ -33,9 +52,64 @@ struct GenFlags {
   uint64_t seed = 0;         ///< the --seed value (any uint64); meaningful when seed_is_given
   bool seed_is_given = false;  ///< false = draw a random seed (printed in the stats, so it replays)
   bool seed_given() const { return seed_is_given; }
+  // Experts streamed from SSD (issue 13): --stream-experts, implied by --expert-cache-gb.
+  bool stream_experts = false;
+  double expert_cache_gb = 0;  ///< byte budget of the expert cache in GB (1e9 bytes); 0 = none
+  int io_threads = 16;         ///< expert reads in flight
+  bool no_direct_io = false;   ///< buffered pread instead of O_DIRECT
+  bool expert_cache_given = false;
+  double ram_gb = 0;           ///< --ram-gb: check the memory plan at start-up (0 = off unless streaming)
+  std::string trunk_type = "bf16";
+
+  /// Model options of these flags (--trunk-type). Errors: k3::Error on an unknown trunk type.
+  k3::ModelOptions model_options() const {
+    k3::ModelOptions mo;
+    const auto t = k3::trunk_type_from_name(trunk_type);
+    if (!t) throw k3::Error("--trunk-type: expected bf16, q8 or q4, found '" + trunk_type + "'");
+    if (*t == k3::TrunkType::Q8) mo.trunk_quant = k3::QuantKind::Q8;
+    if (*t == k3::TrunkType::Q4) mo.trunk_quant = k3::QuantKind::Q4;
+    return mo;
+  }
+
+  /// The start-up memory check (issue 13) when --ram-gb is given or experts are streamed: the
+  /// plan of io/memory_plan.h for this checkpoint (headers only), -c and `n_parallel`; RAM =
+  /// --ram-gb or the physical RAM. Refuses (k3::Error with the plan's numbers and suggestion)
+  /// when it does not fit; with --ram-gb and streaming and no --expert-cache-gb, the expert
+  /// cache becomes what the plan leaves. Prints the plan on stderr when --ram-gb is given.
+  /// Returns stream_options() with that cache.
+  k3::ExpertStreamOptions checked_stream_options(int64_t n_parallel) const {
+    k3::ExpertStreamOptions so = stream_options();
+    if (ram_gb <= 0 && !stream_experts) return so;
+    k3::CheckpointOptions co;
+    co.map_data = false;
+    const auto ck = k3::Checkpoint::open(model_dir, co);
+    k3::PlanRequest r;
+    r.ram_bytes = ram_gb > 0 ? static_cast<uint64_t>(ram_gb * 1e9)
+                             : static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    r.trunk = *k3::trunk_type_from_name(trunk_type == "q8" || trunk_type == "q4" ? trunk_type : "bf16");
+    r.stream_experts = stream_experts;
+    if (expert_cache_given) r.expert_cache_bytes = static_cast<uint64_t>(expert_cache_gb * 1e9);
+    r.n_ctx = n_ctx;
+    r.n_parallel = n_parallel;
+    const k3::MemoryPlan p = k3::make_memory_plan(ck->config(), k3::weight_bytes(*ck), r);
+    if (ram_gb > 0) std::fprintf(stderr, "%s", p.format().c_str());
+    if (!p.fits) throw k3::Error(p.refusal);
+    if (ram_gb > 0 && stream_experts && !expert_cache_given) so.store.cache_bytes = p.expert_cache;
+    return so;
+  }
+
+  /// The ExpertStore settings of these flags (enabled by --stream-experts or --expert-cache-gb).
+  k3::ExpertStreamOptions stream_options() const {
+    k3::ExpertStreamOptions so;
+    so.enabled = stream_experts;
+    so.store.cache_bytes = static_cast<uint64_t>(expert_cache_gb * 1e9);
+    so.store.io_threads = io_threads;
+    so.store.direct = !no_direct_io;
+    return so;
+  }
 
   /// Declares -m, -n, -c, -b, -t, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
-  /// --repeat-last-n, --seed on `sub`.
+  /// --repeat-last-n, --seed, --stream-experts, --expert-cache-gb, --io-threads, --no-direct-io, --ram-gb, --trunk-type on `sub`.
   void add_to(CLI::App* sub) {
     sub->add_option("-m,--model", model_dir, "K3 checkpoint directory (config.json, safetensors, tiktoken.model)")
         ->required();
@@ -68,6 +142,26 @@ struct GenFlags {
            },
            "RNG seed, any unsigned 64-bit integer (default: random, printed in the stats; that value replays the run)")
         ->type_name("UINT64");
+    sub->add_flag("--stream-experts", stream_experts,
+                  "read routed experts from the shards on demand (O_DIRECT) instead of mapping them");
+    sub->add_option_function<double>(
+           "--expert-cache-gb",
+           [this](double v) {
+             if (!(v >= 0 && v <= 1e6))
+               throw CLI::ValidationError("--expert-cache-gb", "expected a number of GB in [0, 1e6], found " + std::to_string(v));
+             expert_cache_gb = v;
+             expert_cache_given = true;
+             stream_experts = true;
+           },
+           "streamed experts: LRU cache budget in GB (0 = no cache); implies --stream-experts")
+        ->type_name("GB");
+    sub->add_option("--io-threads", io_threads, "streamed experts: reads in flight")
+        ->capture_default_str()->check(IntRange(1, 1024));
+    sub->add_flag("--no-direct-io", no_direct_io, "streamed experts: buffered pread instead of O_DIRECT");
+    sub->add_option("--ram-gb", ram_gb, "check the memory plan for this much RAM (GB) at start-up; refuse if it does not fit")
+        ->check(CLI::Range(0.0, 1e7));
+    sub->add_option("--trunk-type", trunk_type, "trunk weights in RAM: bf16 (as published), q8 or q4 (quantized at load)")
+        ->capture_default_str()->check(CLI::IsMember({"bf16", "q8", "q4"}));
   }
 
   /// Final sampler parameters (draws the random seed when none was given) — validated.

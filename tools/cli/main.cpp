@@ -60,6 +60,8 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "-np") a = "--parallel";
     else if (a.rfind("-np=", 0) == 0) a = "--parallel=" + a.substr(4);
+    else if (a == "-md") a = "--draft-model";
+    else if (a.rfind("-md=", 0) == 0) a = "--draft-model=" + a.substr(4);
     args.push_back(std::move(a));
   }
   try {

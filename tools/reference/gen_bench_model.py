@@ -14,6 +14,10 @@ layer count, the experts per layer and the vocabulary are smaller, so the whole 
 beyond any cache, so decode speed measures memory traffic and per-layer timings extrapolate to the
 real 93-layer, 896-expert model.
 
+Larger than RAM (issue 13, bench/expert_stream.cpp): `--layers 3 --experts 896` gives 2 MoE layers
+with all 896 real-size experts each (31.4 GB of experts, ≈ 35 GB in all); the free disk is checked
+first (--min-free-gb, default 20 GB must stay free).
+
 Weights are random but numerically tame (the forward pass must not overflow): BF16 linear weights
 have random sign and mantissa with one exponent per tensor chosen from the fan-in (|w| ≈ 1/sqrt(in)),
 norm weights are 1, MXFP4 experts have random nibbles with scale bytes 118..120. The data is
@@ -26,6 +30,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import struct
 import sys
 import time
@@ -128,6 +133,8 @@ def main(argv=None) -> int:
     ap.add_argument("--top-k", type=int, default=16)
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--min-free-gb", type=float, default=20.0,
+                    help="refuse unless this much disk stays free after writing (default 20)")
     a = ap.parse_args(argv)
     if a.layers < 2 or a.experts < a.top_k or a.top_k < 1 or a.vocab < 1024:
         ap.error("need layers >= 2, experts >= top-k >= 1, vocab >= 1024")
@@ -139,6 +146,12 @@ def main(argv=None) -> int:
     cfg = bench_config(a.layers, a.experts, a.top_k, a.vocab)
     tc = kc.text_config(cfg)
     inv = kc.tensor_inventory(tc, a_log_pad_to=128)
+    need = sum(int(np.prod(shape)) * ELEM[dt] for _, dt, shape in inv)
+    free = shutil.disk_usage(out).free
+    if free - need < a.min_free_gb * 1e9:
+        ap.error(f"not enough disk: the checkpoint needs {need / 1e9:.1f} GB, {free / 1e9:.1f} GB are free on "
+                 f"{out}, and --min-free-gb {a.min_free_gb:g} must stay free")
+    print(f"writing {need / 1e9:.1f} GB ({free / 1e9:.1f} GB free)", flush=True)
     n_shards = a.layers + 1
     shards = [[] for _ in range(n_shards)]
     for name, dt, shape in inv:

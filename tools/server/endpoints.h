@@ -28,6 +28,14 @@ void handle_tokenize(const ServeContext& ctx, const httplib::Request& req, httpl
 /// POST /detokenize: {"tokens": [ids]} -> {"prompt": text} (invalid UTF-8 replaced by U+FFFD).
 void handle_detokenize(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
 
+/// GET /slots: [{id, is_processing, n_ctx, n_kept_tokens}].
+void handle_slots_list(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+/// POST /slots/{id}?action=save|restore (body {"filename"}) | erase: llama-server's shapes
+/// ({id_slot, filename, n_saved|n_restored, n_written|n_read, timings}); 501 without
+/// --slot-save-path, 400 naming the field for a bad id, action or file name, or a foreign /
+/// corrupt file, 404 for a missing file.
+void handle_slot_action(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+
 /// ApiError 404 (param "model") unless `model` is empty or the served id.
 void check_model(const ServeContext& ctx, const std::string& model);
 

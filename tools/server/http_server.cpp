@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "endpoints.h"
 #include "openai_response.h"
+#include "web_page.h"
 
 namespace k3::server {
 namespace {
@@ -36,6 +37,8 @@ constexpr Route kRoutes[] = {
 std::string endpoint_label(const std::string& path) {
   for (const auto& r : kRoutes)
     if (path == r.path) return path;
+  if (path.rfind("/slots", 0) == 0) return "/slots";
+  if (is_web_page_path(path)) return "/";  // the chat page's files count as one endpoint
   return "other";
 }
 
@@ -103,7 +106,9 @@ void HttpServer::setup_routes() {
           send_json(res, Json{{"status", "ok"}});
         }));
   s.Get("/metrics", guarded(false, [](const ServeContext& c, const httplib::Request&, httplib::Response& res) {
-          res.set_content(c.metrics->render(c.scheduler->stats(), c.model_id), "text/plain; version=0.0.4");
+          const PrefixCacheStats cs = c.cache ? c.cache->stats() : PrefixCacheStats{};
+          res.set_content(c.metrics->render(c.scheduler->stats(), c.model_id, c.cache ? &cs : nullptr),
+                          "text/plain; version=0.0.4");
         }));
   s.Get("/v1/models", guarded(true, [](const ServeContext& c, const httplib::Request&, httplib::Response& res) {
           static const int64_t created =
@@ -119,6 +124,10 @@ void HttpServer::setup_routes() {
   s.Post("/v1/completions", guarded(true, handle_completion));
   s.Post("/tokenize", guarded(true, handle_tokenize));
   s.Post("/detokenize", guarded(true, handle_detokenize));
+  s.Get("/slots", guarded(true, handle_slots_list));
+  s.Post(R"(/slots/(\d+))", guarded(true, handle_slot_action));
+  // The chat page (tools/server/web): static, no key (its requests to /v1 carry the key).
+  add_web_page_routes(s);
 
   // 405 for the other methods of known paths.
   for (const auto& r : kRoutes) {

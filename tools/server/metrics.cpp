@@ -67,7 +67,7 @@ void Metrics::observe_ttft(double s) { std::lock_guard<std::mutex> lk(mu_); ttft
 void Metrics::observe_itl(double s) { std::lock_guard<std::mutex> lk(mu_); itl_.observe(s); }
 void Metrics::observe_e2e(double s) { std::lock_guard<std::mutex> lk(mu_); e2e_.observe(s); }
 
-std::string Metrics::render(const SchedulerStats& s, const std::string& model) const {
+std::string Metrics::render(const SchedulerStats& s, const std::string& model, const PrefixCacheStats* cache) const {
   const std::string lbl = "{model_name=\"" + label_escape(model) + "\"}";
   std::string out;
   auto gauge = [&](const char* name, const char* type, const char* help, double v) {
@@ -82,6 +82,25 @@ std::string Metrics::render(const SchedulerStats& s, const std::string& model) c
   gauge("generation_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.generated_tokens_total));
   gauge("engine_steps_total", "counter", "Batched forward steps of the engine.", static_cast<double>(s.steps_total));
   gauge("sequences_finished_total", "counter", "Sequences ended (any reason).", static_cast<double>(s.finished_total));
+  if (cache != nullptr) {  // vLLM's prefix_cache_queries / prefix_cache_hits count tokens
+    const auto d = [](uint64_t v) { return static_cast<double>(v); };
+    gauge("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", d(cache->tokens_looked_up));
+    gauge("prefix_cache_hits_total", "counter", "Prompt tokens served by the prefix cache (not recomputed).",
+          d(cache->tokens_reused));
+    gauge("prefix_cache_lookups_total", "counter", "Prefix cache lookups (one per request).", d(cache->lookups));
+    gauge("prefix_cache_hit_requests_total", "counter", "Requests that resumed from the prefix cache.", d(cache->hits));
+    gauge("prefix_cache_ram_bytes", "gauge", "Bytes of the prefix cache in RAM (MLA blocks + KDA snapshots).",
+          d(cache->ram_bytes));
+    gauge("prefix_cache_ram_blocks", "gauge", "Prefix cache blocks in RAM.", d(cache->ram_blocks));
+    gauge("prefix_cache_ram_snapshots", "gauge", "KDA state snapshots in RAM.", d(cache->ram_snapshots));
+    gauge("prefix_cache_evictions_total", "counter", "Prefix cache blocks evicted from RAM.", d(cache->evictions));
+    gauge("prefix_cache_disk_bytes", "gauge", "Bytes of the prefix cache's disk tier.", d(cache->disk_bytes));
+    gauge("prefix_cache_disk_blocks", "gauge", "Blocks in the prefix cache's disk tier.", d(cache->disk_blocks));
+    gauge("prefix_cache_disk_reads_total", "counter", "Blocks read back from the disk tier.", d(cache->disk_reads));
+    gauge("prefix_cache_disk_writes_total", "counter", "Blocks written to the disk tier.", d(cache->disk_writes));
+    gauge("prefix_cache_disk_rejected_total", "counter", "Disk tier files refused (corrupt, truncated, foreign).",
+          d(cache->disk_rejected));
+  }
 
   std::lock_guard<std::mutex> lk(mu_);
   header(out, "k3:requests_total", "counter", "HTTP requests by endpoint and status.");

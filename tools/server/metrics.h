@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/prefix_cache.h"
 #include "runtime/scheduler.h"
 
 namespace k3::server {
@@ -42,7 +43,8 @@ class Metrics {
   void observe_e2e(double seconds);
 
   /// The exposition text (content type text/plain; version=0.0.4). `model` labels the series.
-  std::string render(const SchedulerStats& s, const std::string& model) const;
+  /// `cache`: the prefix cache's counters, or null when it is off.
+  std::string render(const SchedulerStats& s, const std::string& model, const PrefixCacheStats* cache = nullptr) const;
 
  private:
   mutable std::mutex mu_;

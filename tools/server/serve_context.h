@@ -46,6 +46,9 @@ struct ServeContext {
   RequestDefaults defaults;
   Metrics* metrics = nullptr;
   HandleRegistry* handles = nullptr;
+  PrefixCache* cache = nullptr;   ///< the scheduler's prefix cache, or null (off)
+  std::string slot_save_path;     ///< --slot-save-path: where /slots/{id}?action=save|restore files live ("" = off)
+  std::string fingerprint;        ///< model_fingerprint(), written into saved slot files
 };
 
 /// Token counts of the request being served on this thread, for its log line (httplib runs a

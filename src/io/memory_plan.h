@@ -1,0 +1,96 @@
+// Memory plan (issue 13): what goes where in RAM for a K3 checkpoint on a machine of a given
+// size — the trunk at its type, the per-sequence states for -c and -np, the prefix cache, the
+// streamed experts' transient buffers and cache — and the expected decode speed from measured
+// bandwidths. `k3 info DIR --plan --ram-gb N` prints it; run / chat / serve refuse to start when
+// it does not fit.
+//
+// Units: bytes; GB = 1e9 bytes; bandwidths in GB/s.
+//
+// Arithmetic (each term is printed):
+//   trunk     = F32 bytes + BF16 embedding + the other BF16 matrices at the trunk type:
+//               bf16 x1, q8 x(1 + 4/32)/2 (int8 + one fp32 scale per 32), q4 x(0.5 + 4/32)/2
+//   states    = n_parallel x (KDA state + n_ctx x MLA cache bytes per token)   (model_summary.h)
+//   transient = streamed: 2·G experts pinned by a prefill chunk, G = max(2·top_k, 32)
+//               (model/latent_moe.cpp); mapped: 0
+//   reserve   = max(2 GB, 3% of RAM): OS, page tables, activations, logits
+//   experts   = streamed: the cache (given, or everything left: min(left, all experts));
+//               mapped: all routed experts must be resident
+//   fits      = trunk + states + prefix cache + transient + reserve + cache (or all experts) <= RAM
+// Decode speed, per token: the trunk's matrices (not the embedding table) are read from RAM; of
+// the top_k x n_moe experts a fraction h (the hit rate) from RAM and 1 - h from the drive.
+// Expected hit rate under uniform, independent routing with an LRU cache holding a fraction f of
+// the experts: h = f (real routing is skewed, so this is a floor, not a promise). Time per token:
+// serial = RAM bytes / RAM GB/s + drive bytes / drive GB/s (no overlap); overlapped = the larger
+// of the two terms (reads fully hidden behind compute), the bound the streaming aims at.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "io/checkpoint.h"
+#include "io/config.h"
+
+namespace k3 {
+
+/// Type of the trunk (every BF16 matrix except the routed experts and the embedding table).
+enum class TrunkType { BF16, Q8, Q4 };
+/// "bf16" / "q8" / "q4".
+std::string_view trunk_type_name(TrunkType t);
+/// Parses "bf16" | "q8" | "q4"; std::nullopt otherwise.
+std::optional<TrunkType> trunk_type_from_name(std::string_view s);
+/// Bytes of a BF16 matrix of `bf16_bytes` once stored at `t` (group of 32 with an fp32 scale).
+uint64_t trunk_matrix_bytes(uint64_t bf16_bytes, TrunkType t);
+
+/// Text-weight bytes of a checkpoint, split the way the plan needs them.
+struct WeightBytes {
+  uint64_t embedding = 0;  ///< BF16 embed_tokens
+  uint64_t bf16 = 0;       ///< every other BF16 tensor (the quantizable trunk)
+  uint64_t f32 = 0;        ///< F32 tensors (small vectors, kept as they are)
+  uint64_t experts = 0;    ///< U8 routed experts (MXFP4 packed + scales)
+};
+/// From (name, dtype, bytes) of each text tensor; vision tensors must not be passed.
+struct TensorBytes {
+  std::string_view name;
+  DType dtype;
+  uint64_t nbytes;
+};
+WeightBytes weight_bytes(const std::vector<TensorBytes>& tensors);
+/// From an opened checkpoint's text tensors (headers only; works without map_data).
+WeightBytes weight_bytes(const Checkpoint& ck);
+
+struct PlanRequest {
+  uint64_t ram_bytes = 0;                        ///< machine RAM
+  TrunkType trunk = TrunkType::BF16;
+  bool stream_experts = true;                    ///< false: experts mapped (all must be resident)
+  std::optional<uint64_t> expert_cache_bytes;    ///< unset: everything left after the rest
+  int64_t n_ctx = 4096;                          ///< -c
+  int64_t n_parallel = 1;                        ///< -np
+  uint64_t prefix_cache_bytes = 0;
+  double ram_gbs = 0;    ///< RAM read bandwidth (0 = unknown: no speed estimate)
+  double drive_gbs = 0;  ///< drive read bandwidth for expert-sized reads (0 = unknown)
+};
+
+struct MemoryPlan {
+  PlanRequest req;
+  uint64_t trunk = 0, states = 0, state_per_seq = 0, prefix_cache = 0, transient = 0, reserve = 0;
+  uint64_t expert_cache = 0;     ///< streamed: the cache; mapped: all experts
+  uint64_t experts_total = 0;    ///< all routed experts
+  uint64_t expert_bytes = 0;     ///< one expert
+  uint64_t total = 0;            ///< sum of the above that must be resident
+  bool fits = false;
+  std::string refusal;           ///< when !fits: the numbers and a suggestion
+  double hit_rate = 0;           ///< expected (uniform routing, see above)
+  double expert_bytes_per_token = 0, drive_bytes_per_token = 0, ram_bytes_per_token = 0;
+  double tokens_per_s_serial = 0, tokens_per_s_overlapped = 0;  ///< 0 when a bandwidth is unknown
+  /// Multi-line human report (what goes where, the arithmetic, the speed, the verdict).
+  std::string format() const;
+};
+
+/// Computes the plan. Errors: k3::Error when ram_bytes == 0, n_ctx < 0 or n_parallel < 1
+/// (naming --ram-gb / -c / -np), or the state size overflows.
+MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w, const PlanRequest& r);
+
+}  // namespace k3

@@ -1,0 +1,48 @@
+// model_fingerprint: see model_fingerprint.h.
+#include "runtime/model_fingerprint.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/read_file.h"
+#include "kernels/dispatch.h"
+
+namespace k3 {
+
+uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string model_fingerprint(const Checkpoint& ck, const Model& model) {
+  uint64_t h = fnv1a64("k3-model-fingerprint-1", 22);
+  auto mix = [&](const std::string& s) { h = fnv1a64(s.data(), s.size() + 1, h); };  // NUL-separated
+  mix(read_file_bounded(ck.dir() / "config.json", "model fingerprint: config.json"));
+  for (const TensorView& t : ck.tensors()) {
+    mix(t.name);
+    std::string shape = std::to_string(static_cast<int>(t.dtype));
+    for (int64_t d : t.shape) shape += "," + std::to_string(d);
+    mix(shape);
+    if (t.data != nullptr && t.nbytes > 0) {
+      const uint64_t n = t.nbytes < 64 ? t.nbytes : 64;
+      h = fnv1a64(t.data, n, h);
+      h = fnv1a64(t.data + (t.nbytes - n), n, h);
+    }
+  }
+  const ModelOptions& o = model.options();
+  const char* bf16_dot = std::getenv("K3_BF16_DOT");
+  mix(std::string("isa=") + isa_name(active_isa()) + " kernels=" +
+      (o.kernels == ModelKernels::Fast ? "fast" : "ref") +
+      " mxfp4=" + (o.mxfp4 && *o.mxfp4 == Mxfp4Path::Int8 ? "int8" : "exact") +
+      " bf16_dot=" + (bf16_dot ? bf16_dot : "") + " prefill_chunk=" + std::to_string(o.prefill_chunk));
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace k3

@@ -1,0 +1,26 @@
+// A model fingerprint: 16 hex digits that change when anything that decides the bits of a
+// forward pass changes — the checkpoint (config.json, every tensor's name, dtype, shape and a
+// sample of its bytes) and the numeric path (kernel ISA, MXFP4 path, K3_BF16_DOT, prefill chunk,
+// Fast vs Reference kernels). Stored in prefix-cache disk entries and sequence-state files so a
+// state of another model, or of the same model computed another way, is never resumed.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "io/checkpoint.h"
+#include "model/k3_model.h"
+
+namespace k3 {
+
+/// FNV-1a 64 over bytes, continuing from `h` (the offset basis by default). Not cryptographic:
+/// collisions are guarded by comparing the ids themselves (prefix_cache.h).
+uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 1469598103934665603ull);
+
+/// The fingerprint of `model` bound to `ck` (which must be the checkpoint the model binds).
+/// Reads config.json, every tensor header and the first and last 64 bytes of each tensor's data
+/// (a few pages per tensor: cheap even for the full K3). Errors: k3::Error when config.json
+/// cannot be read.
+std::string model_fingerprint(const Checkpoint& ck, const Model& model);
+
+}  // namespace k3

@@ -1,0 +1,389 @@
+// PrefixCache: see prefix_cache.h (the design) and spec algorithms.md §6.
+#include "runtime/prefix_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "model/sequence_state.h"
+#include "runtime/model_fingerprint.h"
+#include "runtime/prefix_cache_disk.h"
+
+namespace k3 {
+
+struct PrefixCache::Block {
+  uint64_t key = 0, parent = 0;
+  int64_t index = 0;
+  std::vector<int32_t> ids;  ///< [B]
+  std::vector<float> mla;    ///< [n_mla_layers, B, row]
+  std::vector<float> kda;    ///< empty, or every KDA layer's S then conv, in layer order
+  int64_t refs = 0;          ///< pins (sequences using it) + the walk in progress
+  int64_t children = 0;      ///< cached blocks whose parent this is
+  uint64_t tick = 0;         ///< last use (LRU)
+  bool on_disk = false;      ///< the disk tier holds exactly this content
+  uint64_t bytes() const { return (mla.size() + kda.size()) * 4 + ids.size() * 4 + sizeof(Block); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Pin
+
+PrefixCache::Pin::Pin(Pin&& o) noexcept
+    : cache_(o.cache_), keys_(std::move(o.keys_)), chain_(std::move(o.chain_)) {
+  o.cache_ = nullptr;
+  o.keys_.clear();
+  o.chain_.clear();
+}
+PrefixCache::Pin& PrefixCache::Pin::operator=(Pin&& o) noexcept {
+  if (this != &o) {
+    release();
+    cache_ = o.cache_;
+    keys_ = std::move(o.keys_);
+    chain_ = std::move(o.chain_);
+    o.cache_ = nullptr;
+    o.keys_.clear();
+    o.chain_.clear();
+  }
+  return *this;
+}
+PrefixCache::Pin::~Pin() { release(); }
+void PrefixCache::Pin::release() {
+  if (cache_ != nullptr && !keys_.empty()) cache_->unpin(keys_);
+  keys_.clear();
+  chain_.clear();
+  cache_ = nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+PrefixCache::PrefixCache(const Model& model, std::string fingerprint, PrefixCacheOptions opt)
+    : model_(model), fingerprint_(std::move(fingerprint)), opt_(std::move(opt)) {
+  if (opt_.block_tokens < 64 || opt_.block_tokens % 64 != 0)
+    throw Error("--cache-block: expected a positive multiple of 64 tokens (the KDA chunk), found " +
+                std::to_string(opt_.block_tokens));
+  if (opt_.snapshot_every < 0)
+    throw Error("--cache-snapshot-every: expected >= 0 blocks (0 = auto), found " + std::to_string(opt_.snapshot_every));
+  fp_hash_ = fnv1a64(fingerprint_.data(), fingerprint_.size());
+  const ModelConfig& cfg = model_.config();
+  const SequenceState fresh = model_.new_sequence();
+  for (const LayerState& L : fresh.impl->layers) {
+    if (L.kind == AttnKind::MLA)
+      block_mla_floats_ += static_cast<uint64_t>(opt_.block_tokens * L.mla_dims.row());
+    else
+      snapshot_floats_ += L.kda.S.size() + L.kda.conv.size();
+  }
+  (void)cfg;
+  if (opt_.snapshot_every > 0) {
+    snapshot_every_ = opt_.snapshot_every;
+  } else {
+    // Auto: the shortest interval whose MLA rows weigh at least one snapshot (§6.2's page
+    // unification); models without MLA layers snapshot every block.
+    snapshot_every_ = block_mla_floats_ == 0
+                          ? 1
+                          : std::max<int64_t>(1, static_cast<int64_t>((snapshot_floats_ + block_mla_floats_ - 1) /
+                                                                      block_mla_floats_));
+  }
+  if (!opt_.disk_dir.empty())
+    disk_ = std::make_unique<PrefixCacheDisk>(opt_.disk_dir, opt_.disk_bytes, fingerprint_, opt_.block_tokens);
+}
+
+PrefixCache::~PrefixCache() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!disk_) return;
+  // Parents first, so a budget-limited directory keeps usable prefixes.
+  std::vector<const Block*> order;
+  for (const auto& [k, b] : blocks_)
+    if (!b->on_disk) order.push_back(b.get());
+  std::sort(order.begin(), order.end(), [](const Block* a, const Block* b) { return a->index < b->index; });
+  for (const Block* b : order) write_to_disk_locked(*b);
+}
+
+uint64_t PrefixCache::block_key(uint64_t parent, std::span<const int32_t> ids) const {
+  uint64_t h = fnv1a64(&parent, sizeof parent, fp_hash_);
+  return fnv1a64(ids.data(), ids.size() * sizeof(int32_t), h);
+}
+
+void PrefixCache::touch_locked(Block& b) { b.tick = ++tick_; }
+
+void PrefixCache::unpin(const std::vector<uint64_t>& keys) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (uint64_t k : keys) {
+    auto it = blocks_.find(k);
+    if (it != blocks_.end() && it->second->refs > 0) --it->second->refs;
+  }
+}
+
+void PrefixCache::write_to_disk_locked(const Block& b) {
+  if (!disk_) return;
+  DiskBlock d;
+  d.key = b.key;
+  d.parent = b.parent;
+  d.index = b.index;
+  d.ids = b.ids;
+  d.mla = b.mla;
+  d.kda = b.kda;
+  disk_->write(d);
+  ++stats_.disk_writes;
+}
+
+void PrefixCache::evict_to_budget_locked(uint64_t incoming) {
+  while (stats_.ram_bytes + incoming > opt_.ram_bytes) {
+    Block* victim = nullptr;
+    for (auto& [k, b] : blocks_)
+      if (b->refs == 0 && b->children == 0 && (victim == nullptr || b->tick < victim->tick)) victim = b.get();
+    if (victim == nullptr) return;  // everything left is in use
+    if (disk_ && !victim->on_disk) write_to_disk_locked(*victim);
+    auto p = blocks_.find(victim->parent);
+    if (p != blocks_.end()) --p->second->children;
+    stats_.ram_bytes -= victim->bytes();
+    --stats_.ram_blocks;
+    if (!victim->kda.empty()) --stats_.ram_snapshots;
+    ++stats_.evictions;
+    blocks_.erase(victim->key);
+  }
+}
+
+void PrefixCache::insert_locked(std::unique_ptr<Block> b) {
+  auto p = blocks_.find(b->parent);
+  if (p != blocks_.end()) ++p->second->children;
+  stats_.ram_bytes += b->bytes();
+  ++stats_.ram_blocks;
+  if (!b->kda.empty()) ++stats_.ram_snapshots;
+  touch_locked(*b);
+  const uint64_t key = b->key;
+  blocks_.emplace(key, std::move(b));
+}
+
+PrefixCache::Block* PrefixCache::find_locked(uint64_t key, uint64_t parent, std::span<const int32_t> ids,
+                                             int64_t index) {
+  auto same = [&](const Block& b) {
+    return b.parent == parent && b.index == index && b.ids.size() == ids.size() &&
+           std::equal(ids.begin(), ids.end(), b.ids.begin());
+  };
+  auto it = blocks_.find(key);
+  if (it != blocks_.end()) return same(*it->second) ? it->second.get() : nullptr;
+  if (!disk_ || !disk_->contains(key)) return nullptr;
+  std::optional<DiskBlock> d = disk_->read(key, block_mla_floats_, snapshot_floats_);
+  stats_.disk_rejected = disk_->rejected();
+  if (!d) return nullptr;
+  auto b = std::make_unique<Block>();
+  b->key = d->key;
+  b->parent = d->parent;
+  b->index = d->index;
+  b->ids = std::move(d->ids);
+  b->mla = std::move(d->mla);
+  b->kda = std::move(d->kda);
+  b->on_disk = true;
+  if (!same(*b)) return nullptr;
+  evict_to_budget_locked(b->bytes());
+  if (stats_.ram_bytes + b->bytes() > opt_.ram_bytes) return nullptr;
+  ++stats_.disk_reads;
+  Block* raw = b.get();
+  insert_locked(std::move(b));
+  return raw;
+}
+
+std::vector<int64_t> PrefixCache::snapshot_points(int64_t n_prompt) const {
+  std::vector<int64_t> pts;
+  const int64_t B = opt_.block_tokens, every = snapshot_every_ * B;
+  for (int64_t p = every; p < n_prompt; p += every) pts.push_back(p);
+  const int64_t chunk = model_.options().prefill_chunk;
+  const int64_t max_end = n_prompt < 2 ? 0 : ((n_prompt - 1) % chunk == 0 ? n_prompt - 1 : n_prompt - 2);
+  const int64_t replay = (max_end / B) * B;  // where lookup() of this prompt (or an extension) can resume
+  if (replay > 0 && (pts.empty() || pts.back() != replay)) pts.push_back(replay);
+  std::sort(pts.begin(), pts.end());
+  pts.erase(std::unique(pts.begin(), pts.end()), pts.end());
+  return pts;
+}
+
+int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* state, Pin* pin) {
+  if (state == nullptr || !state->impl || state->impl->n_past != 0)
+    throw Error("prefix cache: lookup needs a fresh sequence state");
+  const int64_t B = opt_.block_tokens;
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  std::lock_guard<std::mutex> lk(mu_);
+  ++stats_.lookups;
+  stats_.tokens_looked_up += static_cast<uint64_t>(n);
+  std::vector<Block*> chain;
+  uint64_t parent = fp_hash_;
+  // The hit leaves at least one id to compute (its logits are needed). A resume that leaves
+  // exactly one id would run it alone (absorbed MLA, KDA decode step) where a one-pass prefill
+  // runs it inside a longer piece, unless n-1 is on the prefill-chunk grid: then keep two, so
+  // that the pieces compute every row as the one-pass prefill does (bit-identical).
+  const int64_t chunk = model_.options().prefill_chunk;
+  const int64_t max_end = n < 2 ? 0 : ((n - 1) % chunk == 0 ? n - 1 : n - 2);
+  const int64_t max_blocks = max_end / B;
+  for (int64_t b = 0; b < max_blocks; ++b) {
+    const std::span<const int32_t> ids = prompt.subspan(static_cast<size_t>(b * B), static_cast<size_t>(B));
+    Block* blk = find_locked(block_key(parent, ids), parent, ids, b);
+    if (blk == nullptr) break;
+    ++blk->refs;  // held while the walk may read more blocks from disk (which may evict)
+    chain.push_back(blk);
+    parent = blk->key;
+  }
+  int64_t j = static_cast<int64_t>(chain.size()) - 1;
+  while (j >= 0 && chain[static_cast<size_t>(j)]->kda.empty()) --j;
+  for (Block* b : chain) {
+    --b->refs;
+    touch_locked(*b);
+  }
+  if (j < 0) return 0;
+  const int64_t L = (j + 1) * B;
+  SequenceState::Impl& im = *state->impl;
+  size_t mla_i = 0;
+  uint64_t kda_off = 0;
+  const Block& snap = *chain[static_cast<size_t>(j)];
+  for (LayerState& ls : im.layers) {
+    if (ls.kind == AttnKind::MLA) {
+      const size_t per = static_cast<size_t>(B * ls.mla_dims.row());
+      ls.mla.rows.clear();
+      for (int64_t b = 0; b <= j; ++b) {
+        const float* src = chain[static_cast<size_t>(b)]->mla.data() + mla_i * per;
+        ls.mla.rows.insert(ls.mla.rows.end(), src, src + per);
+      }
+      ++mla_i;
+    } else {
+      std::memcpy(ls.kda.S.data(), snap.kda.data() + kda_off, ls.kda.S.size() * 4);
+      kda_off += ls.kda.S.size();
+      std::memcpy(ls.kda.conv.data(), snap.kda.data() + kda_off, ls.kda.conv.size() * 4);
+      kda_off += ls.kda.conv.size();
+    }
+  }
+  im.n_past = L;
+  if (pin != nullptr) {
+    if (pin->cache_ != nullptr && pin->cache_ != this) throw Error("prefix cache: a pin of another cache");
+    pin->cache_ = this;
+    pin->chain_.clear();
+    for (int64_t b = 0; b <= j; ++b) {
+      Block* blk = chain[static_cast<size_t>(b)];
+      pin->chain_.push_back(blk->key);
+      if (std::find(pin->keys_.begin(), pin->keys_.end(), blk->key) != pin->keys_.end()) continue;
+      ++blk->refs;
+      pin->keys_.push_back(blk->key);
+    }
+  }
+  ++stats_.hits;
+  stats_.tokens_reused += static_cast<uint64_t>(L);
+  return L;
+}
+
+void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const SequenceState& seq, Pin* pin) {
+  if (!seq.impl || seq.impl->n_past != static_cast<int64_t>(ids.size()))
+    throw Error("prefix cache: store of " + std::to_string(ids.size()) + " ids from a sequence holding " +
+                std::to_string(seq.n_past()));
+  const int64_t B = opt_.block_tokens;
+  const int64_t nb = static_cast<int64_t>(ids.size()) / B;
+  if (nb == 0) return;
+  const int64_t pos = static_cast<int64_t>(ids.size());
+  const std::vector<int64_t> pts = snapshot_points(n_prompt);
+  const bool snapshot_here = pos % B == 0 && std::binary_search(pts.begin(), pts.end(), pos);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (pin != nullptr) {
+    if (pin->cache_ != nullptr && pin->cache_ != this) throw Error("prefix cache: a pin of another cache");
+    pin->cache_ = this;
+  }
+  std::unordered_set<uint64_t> pinned;
+  if (pin != nullptr) pinned.insert(pin->keys_.begin(), pin->keys_.end());
+  std::vector<Block*> walk;  // temporarily held so that eviction cannot take the chain apart
+  uint64_t parent = fp_hash_;
+  const SequenceState::Impl& im = *seq.impl;
+  bool complete = true;
+  // Blocks this sequence already walked (pinned, so present unless clear() ran) are not
+  // re-hashed: the walk resumes after them.
+  int64_t b0 = 0;
+  if (pin != nullptr && !pin->chain_.empty()) {
+    const int64_t k = std::min<int64_t>(static_cast<int64_t>(pin->chain_.size()), nb);
+    auto it = blocks_.find(pin->chain_[static_cast<size_t>(k - 1)]);
+    if (it != blocks_.end() && it->second->index == k - 1 && it->second->refs > 0) {
+      b0 = k;
+      parent = pin->chain_[static_cast<size_t>(k - 1)];
+      if (k == nb) walk.push_back(it->second.get()), ++it->second->refs;
+    } else {
+      pin->chain_.clear();
+    }
+  }
+  for (int64_t b = b0; b < nb; ++b) {
+    const std::span<const int32_t> bid = ids.subspan(static_cast<size_t>(b * B), static_cast<size_t>(B));
+    const uint64_t key = block_key(parent, bid);
+    Block* blk = nullptr;
+    auto it = blocks_.find(key);
+    if (it != blocks_.end()) {
+      blk = it->second.get();
+      if (blk->parent != parent || blk->index != b || !std::equal(bid.begin(), bid.end(), blk->ids.begin())) {
+        complete = false;  // a 64-bit key collision: keep the block there, store nothing past it
+        break;
+      }
+    } else {
+      auto nbk = std::make_unique<Block>();
+      nbk->key = key;
+      nbk->parent = parent;
+      nbk->index = b;
+      nbk->ids.assign(bid.begin(), bid.end());
+      nbk->mla.reserve(block_mla_floats_);
+      for (const LayerState& ls : im.layers) {
+        if (ls.kind != AttnKind::MLA) continue;
+        const size_t row = static_cast<size_t>(ls.mla_dims.row());
+        const float* src = ls.mla.rows.data() + static_cast<size_t>(b * B) * row;
+        nbk->mla.insert(nbk->mla.end(), src, src + static_cast<size_t>(B) * row);
+      }
+      evict_to_budget_locked(nbk->bytes());
+      if (stats_.ram_bytes + nbk->bytes() > opt_.ram_bytes) {
+        complete = false;  // does not fit the budget: stop here (children would be unreachable)
+        break;
+      }
+      blk = nbk.get();
+      insert_locked(std::move(nbk));
+    }
+    touch_locked(*blk);
+    ++blk->refs;
+    walk.push_back(blk);
+    if (pin != nullptr && static_cast<int64_t>(pin->chain_.size()) == b) pin->chain_.push_back(key);
+    parent = key;
+  }
+  if (complete && snapshot_here) {
+    Block& last = *walk.back();
+    if (last.kda.empty()) {
+      const uint64_t extra = snapshot_floats_ * 4;
+      evict_to_budget_locked(extra);
+      if (stats_.ram_bytes + extra <= opt_.ram_bytes) {
+        last.kda.reserve(snapshot_floats_);
+        for (const LayerState& ls : im.layers) {
+          if (ls.kind != AttnKind::KDA) continue;
+          last.kda.insert(last.kda.end(), ls.kda.S.begin(), ls.kda.S.end());
+          last.kda.insert(last.kda.end(), ls.kda.conv.begin(), ls.kda.conv.end());
+        }
+        last.on_disk = false;  // the disk copy (if any) lacks the snapshot
+        stats_.ram_bytes += extra;
+        ++stats_.ram_snapshots;
+      }
+    }
+  }
+  for (Block* b : walk) {
+    if (pin != nullptr && pinned.insert(b->key).second) {
+      pin->keys_.push_back(b->key);  // keeps the walk's reference
+    } else {
+      --b->refs;
+    }
+  }
+}
+
+void PrefixCache::clear() {
+  std::lock_guard<std::mutex> lk(mu_);
+  blocks_.clear();
+  stats_.ram_bytes = stats_.ram_blocks = stats_.ram_snapshots = 0;
+  if (disk_) disk_->clear();
+}
+
+PrefixCacheStats PrefixCache::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  PrefixCacheStats s = stats_;
+  if (disk_) {
+    s.disk_bytes = disk_->bytes();
+    s.disk_blocks = disk_->files();
+    s.disk_rejected = disk_->rejected();
+  }
+  return s;
+}
+
+}  // namespace k3

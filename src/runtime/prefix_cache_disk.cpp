@@ -1,0 +1,225 @@
+// PrefixCacheDisk: see prefix_cache_disk.h.
+#include "runtime/prefix_cache_disk.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace k3 {
+
+namespace {
+
+constexpr char kMagic[8] = {'K', '3', 'P', 'C', 'B', 'L', 'K', '1'};
+constexpr int kVersion = 1;
+
+uint32_t crc_of(const char* p, size_t n, uint32_t crc = 0) {
+  // zlib's crc32 takes uInt lengths: feed it in pieces.
+  uLong c = crc;
+  while (n > 0) {
+    const size_t m = std::min<size_t>(n, 1u << 30);
+    c = crc32(c, reinterpret_cast<const Bytef*>(p), static_cast<uInt>(m));
+    p += m;
+    n -= m;
+  }
+  return static_cast<uint32_t>(c);
+}
+
+bool parse_key(const std::string& stem, uint64_t* key) {
+  if (stem.size() != 16) return false;
+  uint64_t v = 0;
+  for (char c : stem) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return false;
+    v = v << 4 | static_cast<uint64_t>(d);
+  }
+  *key = v;
+  return true;
+}
+
+}  // namespace
+
+PrefixCacheDisk::PrefixCacheDisk(std::filesystem::path dir, uint64_t budget_bytes, std::string fingerprint,
+                                 int64_t block_tokens)
+    : dir_(std::move(dir)), budget_(budget_bytes), fingerprint_(std::move(fingerprint)), block_tokens_(block_tokens) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (!std::filesystem::is_directory(dir_, ec))
+    throw Error("--cache-dir: '" + dir_.string() + "' is not a directory and cannot be created" +
+                (ec ? ": " + ec.message() : std::string()));
+  struct Found {
+    std::filesystem::file_time_type t;
+    uint64_t key, bytes;
+  };
+  std::vector<Found> found;
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+    if (!e.is_regular_file(ec) || e.path().extension() != ".k3pc") continue;
+    uint64_t key = 0;
+    if (!parse_key(e.path().stem().string(), &key)) continue;
+    found.push_back({e.last_write_time(ec), key, static_cast<uint64_t>(e.file_size(ec))});
+  }
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.t < b.t; });
+  for (const Found& f : found) {
+    lru_.push_back(f.key);
+    files_[f.key] = {f.bytes, std::prev(lru_.end())};
+    bytes_ += f.bytes;
+  }
+}
+
+std::filesystem::path PrefixCacheDisk::path_of(uint64_t key) const {
+  char name[32];
+  std::snprintf(name, sizeof name, "%016llx.k3pc", static_cast<unsigned long long>(key));
+  return dir_ / name;
+}
+
+void PrefixCacheDisk::remove(uint64_t key) {
+  auto it = files_.find(key);
+  if (it == files_.end()) return;
+  bytes_ -= it->second.bytes;
+  lru_.erase(it->second.lru);
+  files_.erase(it);
+  std::error_code ec;
+  std::filesystem::remove(path_of(key), ec);
+}
+
+void PrefixCacheDisk::reject(uint64_t key, const std::string& why) {
+  ++rejected_;
+  std::fprintf(stderr, "k3: prefix cache: ignoring '%s': %s (a miss; the file is removed)\n",
+               path_of(key).string().c_str(), why.c_str());
+  remove(key);
+}
+
+void PrefixCacheDisk::write(const DiskBlock& b) {
+  nlohmann::json h;
+  h["format"] = "k3-prefix-block";
+  h["version"] = kVersion;
+  h["fingerprint"] = fingerprint_;
+  h["key"] = b.key;
+  h["parent"] = b.parent;
+  h["index"] = b.index;
+  h["block_tokens"] = block_tokens_;
+  h["ids"] = b.ids;
+  h["mla_floats"] = b.mla.size();
+  h["kda_floats"] = b.kda.size();
+  const std::string hs = h.dump();
+  std::string buf;
+  buf.reserve(16 + hs.size() + (b.mla.size() + b.kda.size()) * 4);
+  buf.append(kMagic, 8);
+  const uint32_t hl = static_cast<uint32_t>(hs.size());
+  buf.append(reinterpret_cast<const char*>(&hl), 4);
+  buf.append(hs);
+  if (!b.mla.empty()) buf.append(reinterpret_cast<const char*>(b.mla.data()), b.mla.size() * 4);
+  if (!b.kda.empty()) buf.append(reinterpret_cast<const char*>(b.kda.data()), b.kda.size() * 4);
+  const uint32_t crc = crc_of(buf.data(), buf.size());
+  buf.append(reinterpret_cast<const char*>(&crc), 4);
+  if (buf.size() > budget_) return;  // never fits
+  remove(b.key);
+  while (bytes_ + buf.size() > budget_ && !lru_.empty()) remove(lru_.front());
+  const std::filesystem::path p = path_of(b.key), tmp = p.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (!f) {
+      std::fprintf(stderr, "k3: prefix cache: cannot write '%s' (disk full?); the block is not kept on disk\n",
+                   tmp.c_str());
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, p, ec);
+  if (ec) {
+    std::fprintf(stderr, "k3: prefix cache: cannot rename '%s': %s\n", tmp.c_str(), ec.message().c_str());
+    std::filesystem::remove(tmp, ec);
+    return;
+  }
+  lru_.push_back(b.key);
+  files_[b.key] = {buf.size(), std::prev(lru_.end())};
+  bytes_ += buf.size();
+}
+
+std::optional<DiskBlock> PrefixCacheDisk::read(uint64_t key, uint64_t expect_mla, uint64_t expect_kda) {
+  auto it = files_.find(key);
+  if (it == files_.end()) return std::nullopt;
+  const uint64_t max_bytes = 16 + (1u << 20) + static_cast<uint64_t>(block_tokens_) * 16 + (expect_mla + expect_kda) * 4;
+  std::string buf;
+  {
+    std::ifstream f(path_of(key), std::ios::binary);
+    if (!f) {
+      reject(key, "cannot open");
+      return std::nullopt;
+    }
+    f.seekg(0, std::ios::end);
+    const std::streamoff n = f.tellg();
+    if (n < 0 || static_cast<uint64_t>(n) > max_bytes) {
+      reject(key, "size " + std::to_string(n) + " bytes is not that of a block of this model");
+      return std::nullopt;
+    }
+    f.seekg(0);
+    buf.resize(static_cast<size_t>(n));
+    if (!f.read(buf.data(), n)) {
+      reject(key, "read failed");
+      return std::nullopt;
+    }
+  }
+  if (buf.size() < 16 || std::memcmp(buf.data(), kMagic, 8) != 0) {
+    reject(key, "bad magic (expected K3PCBLK1) or truncated");
+    return std::nullopt;
+  }
+  uint32_t crc = 0, hl = 0;
+  std::memcpy(&crc, buf.data() + buf.size() - 4, 4);
+  if (crc_of(buf.data(), buf.size() - 4) != crc) {
+    reject(key, "CRC-32 mismatch (corrupt or truncated)");
+    return std::nullopt;
+  }
+  std::memcpy(&hl, buf.data() + 8, 4);
+  if (12 + static_cast<uint64_t>(hl) + 4 > buf.size()) {
+    reject(key, "header length past the end of the file");
+    return std::nullopt;
+  }
+  DiskBlock b;
+  try {
+    const nlohmann::json h = nlohmann::json::parse(buf.substr(12, hl));
+    if (h.at("format") != "k3-prefix-block" || h.at("version") != kVersion) {
+      reject(key, "not a k3-prefix-block version " + std::to_string(kVersion));
+      return std::nullopt;
+    }
+    if (h.at("fingerprint") != fingerprint_) {
+      reject(key, "written for another model (fingerprint " + h.at("fingerprint").get<std::string>() + ", this model " +
+                      fingerprint_ + ")");
+      return std::nullopt;
+    }
+    b.key = h.at("key").get<uint64_t>();
+    b.parent = h.at("parent").get<uint64_t>();
+    b.index = h.at("index").get<int64_t>();
+    b.ids = h.at("ids").get<std::vector<int32_t>>();
+    const uint64_t nm = h.at("mla_floats").get<uint64_t>(), nk = h.at("kda_floats").get<uint64_t>();
+    if (b.key != key || h.at("block_tokens").get<int64_t>() != block_tokens_ ||
+        b.ids.size() != static_cast<size_t>(block_tokens_) || nm != expect_mla || (nk != 0 && nk != expect_kda) ||
+        12 + hl + (nm + nk) * 4 + 4 != buf.size()) {
+      reject(key, "header does not match this model's block layout");
+      return std::nullopt;
+    }
+    b.mla.resize(nm);
+    b.kda.resize(nk);
+    if (nm > 0) std::memcpy(b.mla.data(), buf.data() + 12 + hl, nm * 4);
+    if (nk > 0) std::memcpy(b.kda.data(), buf.data() + 12 + hl + nm * 4, nk * 4);
+  } catch (const nlohmann::json::exception& e) {
+    reject(key, std::string("malformed header: ") + e.what());
+    return std::nullopt;
+  }
+  lru_.splice(lru_.end(), lru_, it->second.lru);  // most recently used
+  return b;
+}
+
+void PrefixCacheDisk::clear() {
+  while (!lru_.empty()) remove(lru_.front());
+}
+
+}  // namespace k3

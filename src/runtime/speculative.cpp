@@ -1,0 +1,223 @@
+#include "runtime/speculative.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+#include "core/error.h"
+#include "model/sequence_rollback.h"
+#include "runtime/stats.h"
+
+namespace k3 {
+
+void SpecOptions::validate() const {
+  if (draft_max < 1 || draft_max > 64)
+    throw Error("--draft-max: expected 1..64, found " + std::to_string(draft_max));
+  if (draft_min < 0 || draft_min > draft_max)
+    throw Error("--draft-min: expected 0..--draft-max (" + std::to_string(draft_max) + "), found " +
+                std::to_string(draft_min));
+}
+
+std::string SpecStats::describe() const {
+  char b[256];
+  const double rate = drafted ? 100.0 * static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+  const double per = verifies ? static_cast<double>(emitted) / static_cast<double>(verifies) : 0.0;
+  std::snprintf(b, sizeof b,
+                "accepted %lld/%lld drafts (%.1f%%), %.2f tokens per verify, %lld verifies | "
+                "draft %.0f ms, verify %.0f ms, rollback %.1f ms",
+                static_cast<long long>(accepted), static_cast<long long>(drafted), rate, per,
+                static_cast<long long>(verifies), draft_ms, verify_ms, rollback_ms);
+  return b;
+}
+
+namespace {
+
+/// Probability of `id` under w (0 when it is not a candidate).
+double prob_of(const Sampler::Weights& w, int32_t id) {
+  for (size_t i = 0; i < w.ids.size(); ++i)
+    if (w.ids[i] == id) return w.w[i] / w.z;
+  return 0.0;
+}
+
+/// Draws from the normalized residual max(0, p − q) (q one-hot on `draft` when q is null);
+/// falls back to p when the residual has no mass (p == q up to rounding).
+int32_t draw_residual(Sampler& s, const Sampler::Weights& p, const Sampler::Weights* q, int32_t draft) {
+  std::vector<double> r(p.ids.size());
+  double z = 0.0;
+  for (size_t i = 0; i < p.ids.size(); ++i) {
+    const double qi = q ? prob_of(*q, p.ids[i]) : (p.ids[i] == draft ? 1.0 : 0.0);
+    z += (r[i] = std::max(0.0, p.w[i] / p.z - qi));
+  }
+  if (!(z > 0.0)) {  // guard the 0/0 of algorithms.md §7.3: sample p itself
+    r.assign(p.w.begin(), p.w.end());
+    z = p.z;
+  }
+  const double u = s.uniform() * z;
+  double cum = 0.0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    cum += r[i];
+    if (u < cum) return p.ids[i];
+  }
+  for (size_t i = r.size(); i-- > 0;)
+    if (r[i] > 0.0) return p.ids[i];
+  return p.ids.back();
+}
+
+}  // namespace
+
+std::vector<int32_t> accept_drafts(Sampler& sampler, std::span<const std::span<const float>> rows,
+                                   const Draft& draft, const std::function<bool(int32_t)>& is_stop) {
+  const size_t k = draft.ids.size();
+  if (rows.size() != k + 1)
+    throw Error("speculative: " + std::to_string(rows.size()) + " verify rows for " + std::to_string(k) +
+                " drafts (expected k + 1)");
+  if (!draft.q.empty() && draft.q.size() != k)
+    throw Error("speculative: " + std::to_string(draft.q.size()) + " draft distributions for " +
+                std::to_string(k) + " drafts");
+  const bool greedy = sampler.params().temp <= 0.0f;
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < k; ++i) {
+    const int32_t d = draft.ids[i];
+    const Sampler::Weights p = sampler.weights(rows[i]);
+    bool ok;
+    if (greedy) {
+      ok = p.ids[0] == d;
+    } else {
+      const double pd = prob_of(p, d), qd = draft.q.empty() ? 1.0 : prob_of(draft.q[i], d);
+      // accept with probability min(1, p/q): u < p/q with u uniform in [0, 1)
+      ok = qd > 0.0 ? sampler.uniform() * qd < pd : false;
+    }
+    if (!ok) {
+      const int32_t c = greedy ? p.ids[0] : draw_residual(sampler, p, draft.q.empty() ? nullptr : &draft.q[i], d);
+      sampler.accept(c);
+      out.push_back(c);
+      return out;
+    }
+    sampler.accept(d);
+    out.push_back(d);
+    if (is_stop && is_stop(d)) return out;
+  }
+  const int32_t bonus = sampler.sample(rows[k]);
+  sampler.accept(bonus);
+  out.push_back(bonus);
+  return out;
+}
+
+Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpecOptions opt)
+    : drafter_(std::move(drafter)), opt_(opt) {
+  if (!drafter_) throw Error("speculative: no drafter");
+  opt_.validate();
+}
+
+Speculator::~Speculator() = default;
+
+void Speculator::decode(const Model& model, SequenceState& seq, std::span<const int32_t> prompt, Sampler& sampler,
+                        const GenerateOptions& opt, std::vector<float> logits,
+                        const std::function<bool(int32_t)>& on_token, GenerateResult& r) {
+  const int64_t vocab = model.config().vocab_size;
+  const int64_t n_vocab = opt.n_vocab > 0 ? opt.n_vocab : vocab;
+  // The drafter's context: every id the target holds. A state that is not the continuation of
+  // the last call (a new sequence, a context shift) starts the history over.
+  const int64_t n_before = seq.n_past() - static_cast<int64_t>(prompt.size());
+  if (static_cast<int64_t>(history_.size()) != n_before || n_before < 0) {
+    history_.clear();
+    drafter_->reset();
+  }
+  history_.insert(history_.end(), prompt.begin(), prompt.end());
+  auto is_stop = [&](int32_t id) { return std::find(opt.stop_ids.begin(), opt.stop_ids.end(), id) != opt.stop_ids.end(); };
+  r.stop = StopReason::MaxTokens;
+  if (opt.n_predict == 0) return;
+  if (opt.cancel && opt.cancel->load()) {
+    r.stop = StopReason::Cancelled;
+    return;
+  }
+  // Emits one id through plain decoding's checks; `n_fed` = ids the state would hold with the
+  // id pending. Returns false when generation ends.
+  auto emit = [&](int32_t id, int64_t n_fed) {
+    r.ids.push_back(id);
+    ++stats_.emitted;
+    if (is_stop(id)) {
+      r.stop = StopReason::StopToken;
+      r.stop_id = id;
+      return false;
+    }
+    if (!on_token(id) || (opt.cancel && opt.cancel->load())) {
+      r.stop = StopReason::Cancelled;
+      return false;
+    }
+    if (n_fed + 1 >= opt.n_ctx) {
+      r.stop = StopReason::ContextFull;
+      return false;
+    }
+    if (opt.n_predict >= 0 && static_cast<int64_t>(r.ids.size()) >= opt.n_predict) return false;
+    return true;
+  };
+  // The first id comes from the prefill's row, as in plain decoding.
+  const int32_t first = sampler.sample(std::span<const float>(logits.data(), static_cast<size_t>(n_vocab)));
+  sampler.accept(first);
+  --stats_.emitted;  // counted by the verifies only
+  if (!emit(first, seq.n_past())) return;
+  std::vector<int32_t> window, ctx;
+  std::vector<std::span<const float>> rows;
+  const int64_t chunk = model.options().prefill_chunk;
+  for (;;) {
+    const int32_t t0 = r.ids.back();
+    const int64_t n_past0 = seq.n_past();
+    // Caps: the emitted ids (<= k + 1) stay within -n, the fed window within the context.
+    int64_t k = opt_.draft_max;
+    if (opt.n_predict >= 0) k = std::min<int64_t>(k, opt.n_predict - static_cast<int64_t>(r.ids.size()) - 1);
+    k = std::min<int64_t>({k, opt.n_ctx - 2 - n_past0, chunk - 1});
+    Draft draft;
+    if (k >= std::max<int64_t>(1, opt_.draft_min)) {
+      Timer td;
+      ctx.assign(history_.begin(), history_.end());
+      ctx.push_back(t0);
+      draft = drafter_->propose(ctx, k);
+      stats_.draft_ms += td.ms();
+      if (static_cast<int64_t>(draft.ids.size()) > k) {
+        draft.ids.resize(static_cast<size_t>(k));
+        if (!draft.q.empty()) draft.q.resize(static_cast<size_t>(k));
+      }
+      for (int32_t id : draft.ids)
+        if (id < 0 || id >= n_vocab)
+          throw Error("speculative: drafter " + drafter_->name() + " proposed id " + std::to_string(id) +
+                      " outside [0, " + std::to_string(n_vocab) + ")");
+      if (static_cast<int64_t>(draft.ids.size()) < opt_.draft_min) draft = {};
+    }
+    const int64_t nd = static_cast<int64_t>(draft.ids.size());
+    window.assign(1, t0);
+    window.insert(window.end(), draft.ids.begin(), draft.ids.end());
+    Timer tv;
+    BatchEntry e{&seq, window, BatchLogits::All};
+    e.per_token = true;
+    e.kda_steps = nd > 0 ? &steps_ : nullptr;
+    const std::vector<float> all = std::move(model.forward_batch(std::span<const BatchEntry>(&e, 1))[0]);
+    rows.clear();
+    for (int64_t i = 0; i <= nd; ++i)
+      rows.emplace_back(all.data() + i * vocab, static_cast<size_t>(n_vocab));
+    const std::vector<int32_t> out = accept_drafts(sampler, rows, draft, is_stop);
+    stats_.verify_ms += tv.ms();
+    ++stats_.verifies;
+    stats_.drafted += nd;
+    stats_.accepted += static_cast<int64_t>(out.size()) - 1;
+    if (!out.empty() && is_stop(out.back()) && static_cast<int64_t>(out.size()) <= nd &&
+        out.back() == draft.ids[out.size() - 1])
+      ++stats_.accepted;  // stopped on an accepted stop id: no correction id
+    // Emit; keep = window ids the state must hold (all before the last emitted id).
+    int64_t keep = 0;
+    bool go = true;
+    for (size_t m = 0; m < out.size() && go; ++m) {
+      keep = static_cast<int64_t>(m) + 1;
+      go = emit(out[m], n_past0 + keep);
+    }
+    if (keep < nd + 1) {
+      Timer tr;
+      rollback_to_step(seq, steps_, nd + 1, keep);
+      stats_.rollback_ms += tr.ms();
+    }
+    history_.insert(history_.end(), window.begin(), window.begin() + keep);
+    if (!go) return;
+  }
+}
+
+}  // namespace k3

@@ -1,0 +1,185 @@
+// Routed experts streamed from the shards (io/expert_store.h, issue 13): the logits are
+// bit-identical to the all-in-RAM (mapped) model, with a cache smaller than the experts, with no
+// cache, on the fast and the oracle path; the layout is one read per expert; a shard truncated
+// while streaming is a clear error naming the file.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/expert_store.h"
+#include "model/k3_model.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<int32_t> ids_of(int n, int64_t V, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& x : ids) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
+  return ids;
+}
+
+/// Prefill `prompt` (all logits) then `steps` greedy decode steps; every logits row concatenated.
+std::vector<float> run_model(const k3::Model& m, const std::vector<int32_t>& prompt, int steps) {
+  auto s = m.new_sequence();
+  std::vector<float> all = m.forward(s, prompt, true);
+  const int64_t V = m.config().vocab_size;
+  for (int i = 0; i < steps; ++i) {
+    const float* last = all.data() + all.size() - static_cast<size_t>(V);
+    int32_t best = 0;
+    for (int64_t v = 1; v < V; ++v)
+      if (last[v] > last[best]) best = static_cast<int32_t>(v);
+    const int32_t tok[1] = {best};
+    const auto row = m.forward(s, tok, false);
+    all.insert(all.end(), row.begin(), row.end());
+  }
+  return all;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+k3::ModelOptions opts(k3::ModelKernels kernels, std::shared_ptr<k3::ExpertStore> store, int64_t chunk = 256) {
+  k3::ModelOptions o;
+  o.kernels = kernels;
+  o.mxfp4 = k3::Mxfp4Path::ExactF32;
+  o.prefill_chunk = chunk;
+  o.expert_store = std::move(store);
+  return o;
+}
+
+}  // namespace
+
+TEST(ExpertStream, LayoutIsOneReadPerExpert) {
+  auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("k3", 1));
+  k3::ExpertStore store(*ck, {});
+  const auto lay = store.layout();
+  int n_moe = 0;
+  for (const auto& s : ck->config().plan) n_moe += s.ffn == k3::FfnKind::LatentMoE;
+  EXPECT_EQ(lay.experts, int64_t{n_moe} * ck->config().num_experts);
+  EXPECT_EQ(lay.runs, lay.experts);  // the six tensors of an expert are adjacent in its shard
+  // Each expert: w1, w3 [Im, L] and w2 [L, Im] as packed nibbles + one E8M0 scale per 32.
+  const auto& c = ck->config();
+  const uint64_t per_matrix = static_cast<uint64_t>(c.moe_intermediate_size) * c.routed_expert_hidden_size;
+  EXPECT_EQ(store.expert_bytes(1, 0), 3 * (per_matrix / 2 + per_matrix / 32));
+  EXPECT_EQ(store.total_expert_bytes(), static_cast<uint64_t>(lay.experts) * store.expert_bytes(1, 0));
+  EXPECT_THROW(store.acquire(0, std::vector<int64_t>{0}), k3::Error);  // layer 0 is dense
+  EXPECT_THROW(store.acquire(1, std::vector<int64_t>{c.num_experts}), k3::Error);
+  EXPECT_THROW(store.acquire(1, std::vector<int64_t>{3, 3}), k3::Error);
+  EXPECT_THROW(k3::ExpertStore bad(*ck, {.cache_bytes = 0, .io_threads = 0}), k3::Error);
+}
+
+// Fast path, prefill (several experts per chunk, experts in parallel) + decode: streamed with a
+// cache of a quarter of the experts (evictions happen), with no cache, and buffered I/O — every
+// logit identical to the mapped model's, bit for bit.
+TEST(ExpertStream, FastPathBitIdenticalToMapped) {
+  for (const char* variant : {"k3", "many_experts"}) {
+    SCOPED_TRACE(variant);
+    auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint(variant, 1));
+    const int64_t V = ck->config().vocab_size;
+    const auto prompt = ids_of(40, V, 3);
+    const k3::Model mapped(*ck, opts(k3::ModelKernels::Fast, nullptr, 16));
+    const auto want = run_model(mapped, prompt, 6);
+    k3::ExpertStore probe(*ck, {});
+    const uint64_t total = probe.total_expert_bytes();
+    struct Case {
+      uint64_t budget;
+      bool direct;
+    };
+    for (const Case cs : {Case{total / 4, true}, Case{0, true}, Case{total / 4, false}}) {
+      SCOPED_TRACE(cs.budget);
+      auto store = std::make_shared<k3::ExpertStore>(
+          *ck, k3::ExpertStoreOptions{.cache_bytes = cs.budget, .io_threads = 3, .direct = cs.direct});
+      const k3::Model streamed(*ck, opts(k3::ModelKernels::Fast, store, 16));
+      const auto got = run_model(streamed, prompt, 6);
+      EXPECT_TRUE(bit_equal(got, want));
+      const auto st = store->stats();
+      EXPECT_GT(st.misses, 0u);
+      EXPECT_GT(st.bytes_read, 0u);
+      EXPECT_GE(st.reads, st.misses);
+      if (cs.budget == 0) {
+        EXPECT_EQ(st.hits, 0u);
+        EXPECT_EQ(st.resident_bytes, 0u);  // nothing kept once the calls end
+      } else {
+        EXPECT_GT(st.evictions, 0u);
+        EXPECT_LE(st.resident_bytes, cs.budget);
+      }
+      if (!cs.direct) {
+        EXPECT_EQ(store->io_mode(), "buffered");
+      }
+      std::printf("[expert stream] %s budget %llu of %llu B: hits %llu misses %llu evictions %llu read %llu B (%s)\n",
+                  variant, static_cast<unsigned long long>(cs.budget), static_cast<unsigned long long>(total),
+                  static_cast<unsigned long long>(st.hits), static_cast<unsigned long long>(st.misses),
+                  static_cast<unsigned long long>(st.evictions), static_cast<unsigned long long>(st.bytes_read),
+                  store->io_mode().c_str());
+    }
+    // A budget that holds every expert: the second run reads nothing.
+    auto store = std::make_shared<k3::ExpertStore>(*ck, k3::ExpertStoreOptions{.cache_bytes = 2 * total + (1u << 24)});
+    const k3::Model streamed(*ck, opts(k3::ModelKernels::Fast, store, 16));
+    EXPECT_TRUE(bit_equal(run_model(streamed, prompt, 6), want));
+    store->reset_stats();
+    EXPECT_TRUE(bit_equal(run_model(streamed, prompt, 6), want));
+    EXPECT_EQ(store->stats().misses, 0u);
+    EXPECT_EQ(store->stats().bytes_read, 0u);
+  }
+}
+
+// The k3::ref oracle path streams per token and is bit-identical too.
+TEST(ExpertStream, ReferencePathBitIdenticalToMapped) {
+  auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("k3", 1));
+  const auto prompt = ids_of(6, ck->config().vocab_size, 4);
+  const k3::Model mapped(*ck, opts(k3::ModelKernels::Reference, nullptr));
+  auto store = std::make_shared<k3::ExpertStore>(*ck, k3::ExpertStoreOptions{.cache_bytes = 0, .io_threads = 2});
+  const k3::Model streamed(*ck, opts(k3::ModelKernels::Reference, store));
+  EXPECT_TRUE(bit_equal(run_model(streamed, prompt, 2), run_model(mapped, prompt, 2)));
+}
+
+// A shard truncated after the store opened it: the read of an expert past the new end fails with
+// an error naming the shard and the expert; experts still inside the file keep working.
+TEST(ExpertStream, TruncatedShardIsAClearError) {
+  const fs::path src = k3test::tiny_checkpoint("k3", 1);
+  char tmpl[] = "/tmp/k3_expert_stream_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path dir = tmpl;
+  for (const auto& f : fs::directory_iterator(src)) fs::copy_file(f.path(), dir / f.path().filename());
+  {
+    k3::CheckpointOptions co;
+    co.map_data = false;  // nothing mapped: a truncated mapping would be SIGBUS, not an error
+    auto ck = k3::Checkpoint::open(dir, co);
+    const int64_t E = ck->config().num_experts;
+    // The shard of the last expert of layer 1, cut to half its size.
+    const k3::TensorView& t =
+        ck->get("model.layers.1.block_sparse_moe.experts." + std::to_string(E - 1) + ".w3.weight_scale");
+    k3::ExpertStore store(*ck, {.cache_bytes = 0, .io_threads = 2});
+    const fs::path shard = dir / t.file;
+    fs::resize_file(shard, 64);
+    std::vector<int64_t> ids{E - 1};
+    auto lease = store.acquire(1, ids);
+    try {
+      lease.wait(0);
+      ADD_FAILURE() << "expected a k3::Error";
+    } catch (const k3::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(shard.string()), std::string::npos) << msg;
+      EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("expert " + std::to_string(E - 1) + " of layer 1"), std::string::npos) << msg;
+    }
+    lease = k3::ExpertStore::Lease();
+    // The failed read is not cached: a second acquire reads again (and fails again).
+    auto again = store.acquire(1, ids);
+    EXPECT_THROW(again.wait(0), k3::Error);
+    EXPECT_EQ(store.stats().misses, 2u);
+  }
+  fs::remove_all(dir);
+}
