@@ -175,8 +175,10 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
   uint64_t n = 0;
   if (!read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0)
     throw Error("sequence state '" + fn + "': bad magic, expected \"K3SEQST1\" (not a k3 sequence-state file)");
-  if (!read(&n, 8) || n > (256u << 20))
-    throw Error("sequence state '" + fn + "': bad header length");
+  std::error_code szec;
+  const uint64_t fsize = std::filesystem::file_size(file, szec);
+  if (!read(&n, 8) || n > (256u << 20) || szec || n + 20 > fsize)
+    throw Error("sequence state '" + fn + "': bad header length (truncated or not a state file)");
   std::string hs(n, '\0');
   if (!read(hs.data(), n))
     throw Error("sequence state '" + fn + "': truncated header");

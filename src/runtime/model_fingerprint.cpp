@@ -28,9 +28,10 @@ std::string model_fingerprint(const Checkpoint& ck, const Model& model) {
     std::string shape = std::to_string(static_cast<int>(t.dtype));
     for (int64_t d : t.shape) shape += "," + std::to_string(d);
     mix(shape);
-    if (t.data != nullptr && t.nbytes > 0) {
+    if (t.data != nullptr && t.nbytes > 0) {  // first, middle and last 64 bytes
       const uint64_t n = t.nbytes < 64 ? t.nbytes : 64;
       h = fnv1a64(t.data, n, h);
+      h = fnv1a64(t.data + (t.nbytes - n) / 2, n, h);
       h = fnv1a64(t.data + (t.nbytes - n), n, h);
     }
   }
@@ -39,7 +40,8 @@ std::string model_fingerprint(const Checkpoint& ck, const Model& model) {
   mix(std::string("isa=") + isa_name(active_isa()) + " kernels=" +
       (o.kernels == ModelKernels::Fast ? "fast" : "ref") +
       " mxfp4=" + (o.mxfp4 && *o.mxfp4 == Mxfp4Path::Int8 ? "int8" : "exact") +
-      " bf16_dot=" + (bf16_dot ? bf16_dot : "") + " prefill_chunk=" + std::to_string(o.prefill_chunk));
+      " bf16_dot=" + (bf16_dot ? bf16_dot : "") + " prefill_chunk=" + std::to_string(o.prefill_chunk) + " trunk=" +
+      (!o.trunk_quant ? "bf16" : *o.trunk_quant == QuantKind::Q8 ? "q8" : "q4"));
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;

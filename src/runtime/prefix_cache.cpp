@@ -30,7 +30,7 @@ struct PrefixCache::Block {
 // Pin
 
 PrefixCache::Pin::Pin(Pin&& o) noexcept
-    : cache_(o.cache_), keys_(std::move(o.keys_)), chain_(std::move(o.chain_)) {
+    : cache_(o.cache_), keys_(std::move(o.keys_)), chain_(std::move(o.chain_)), generation_(o.generation_) {
   o.cache_ = nullptr;
   o.keys_.clear();
   o.chain_.clear();
@@ -41,6 +41,7 @@ PrefixCache::Pin& PrefixCache::Pin::operator=(Pin&& o) noexcept {
     cache_ = o.cache_;
     keys_ = std::move(o.keys_);
     chain_ = std::move(o.chain_);
+    generation_ = o.generation_;
     o.cache_ = nullptr;
     o.keys_.clear();
     o.chain_.clear();
@@ -49,7 +50,7 @@ PrefixCache::Pin& PrefixCache::Pin::operator=(Pin&& o) noexcept {
 }
 PrefixCache::Pin::~Pin() { release(); }
 void PrefixCache::Pin::release() {
-  if (cache_ != nullptr && !keys_.empty()) cache_->unpin(keys_);
+  if (cache_ != nullptr && !keys_.empty()) cache_->unpin(keys_, generation_);
   keys_.clear();
   chain_.clear();
   cache_ = nullptr;
@@ -91,11 +92,12 @@ PrefixCache::PrefixCache(const Model& model, std::string fingerprint, PrefixCach
 PrefixCache::~PrefixCache() {
   std::lock_guard<std::mutex> lk(mu_);
   if (!disk_) return;
-  // Parents first, so a budget-limited directory keeps usable prefixes.
+  // Children first, parents last: the disk tier drops its least recently written files first,
+  // so a budget-limited directory keeps usable prefixes.
   std::vector<const Block*> order;
   for (const auto& [k, b] : blocks_)
-    if (!b->on_disk) order.push_back(b.get());
-  std::sort(order.begin(), order.end(), [](const Block* a, const Block* b) { return a->index < b->index; });
+    if (!b->on_disk || !disk_->contains(b->key)) order.push_back(b.get());
+  std::sort(order.begin(), order.end(), [](const Block* a, const Block* b) { return a->index > b->index; });
   for (const Block* b : order) write_to_disk_locked(*b);
 }
 
@@ -106,11 +108,22 @@ uint64_t PrefixCache::block_key(uint64_t parent, std::span<const int32_t> ids) c
 
 void PrefixCache::touch_locked(Block& b) { b.tick = ++tick_; }
 
-void PrefixCache::unpin(const std::vector<uint64_t>& keys) {
+void PrefixCache::unpin(const std::vector<uint64_t>& keys, uint64_t generation) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (generation != generation_) return;  // clear() dropped the blocks these references were on
   for (uint64_t k : keys) {
     auto it = blocks_.find(k);
     if (it != blocks_.end() && it->second->refs > 0) --it->second->refs;
+  }
+}
+
+void PrefixCache::adopt_locked(Pin& pin) {
+  if (pin.cache_ != nullptr && pin.cache_ != this) throw Error("prefix cache: a pin of another cache");
+  pin.cache_ = this;
+  if (pin.generation_ != generation_) {
+    pin.keys_.clear();
+    pin.chain_.clear();
+    pin.generation_ = generation_;
   }
 }
 
@@ -133,7 +146,7 @@ void PrefixCache::evict_to_budget_locked(uint64_t incoming) {
     for (auto& [k, b] : blocks_)
       if (b->refs == 0 && b->children == 0 && (victim == nullptr || b->tick < victim->tick)) victim = b.get();
     if (victim == nullptr) return;  // everything left is in use
-    if (disk_ && !victim->on_disk) write_to_disk_locked(*victim);
+    if (disk_ && (!victim->on_disk || !disk_->contains(victim->key))) write_to_disk_locked(*victim);
     auto p = blocks_.find(victim->parent);
     if (p != blocks_.end()) --p->second->children;
     stats_.ram_bytes -= victim->bytes();
@@ -175,6 +188,11 @@ PrefixCache::Block* PrefixCache::find_locked(uint64_t key, uint64_t parent, std:
   b->mla = std::move(d->mla);
   b->kda = std::move(d->kda);
   b->on_disk = true;
+  if (block_key(b->parent, b->ids) != key) {  // a valid CRC over a header that names other ids
+    disk_->discard(key, "its ids and parent do not hash to its key");
+    stats_.disk_rejected = disk_->rejected();
+    return nullptr;
+  }
   if (!same(*b)) return nullptr;
   evict_to_budget_locked(b->bytes());
   if (stats_.ram_bytes + b->bytes() > opt_.ram_bytes) return nullptr;
@@ -187,9 +205,10 @@ PrefixCache::Block* PrefixCache::find_locked(uint64_t key, uint64_t parent, std:
 std::vector<int64_t> PrefixCache::snapshot_points(int64_t n_prompt) const {
   std::vector<int64_t> pts;
   const int64_t B = opt_.block_tokens, every = snapshot_every_ * B;
-  for (int64_t p = every; p < n_prompt; p += every) pts.push_back(p);
+  // No cut may leave a lone last id the one-pass prefill would run inside a longer piece.
   const int64_t chunk = model_.options().prefill_chunk;
   const int64_t max_end = n_prompt < 2 ? 0 : ((n_prompt - 1) % chunk == 0 ? n_prompt - 1 : n_prompt - 2);
+  for (int64_t p = every; p <= max_end; p += every) pts.push_back(p);
   const int64_t replay = (max_end / B) * B;  // where lookup() of this prompt (or an extension) can resume
   if (replay > 0 && (pts.empty() || pts.back() != replay)) pts.push_back(replay);
   std::sort(pts.begin(), pts.end());
@@ -214,13 +233,19 @@ int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* stat
   const int64_t chunk = model_.options().prefill_chunk;
   const int64_t max_end = n < 2 ? 0 : ((n - 1) % chunk == 0 ? n - 1 : n - 2);
   const int64_t max_blocks = max_end / B;
-  for (int64_t b = 0; b < max_blocks; ++b) {
-    const std::span<const int32_t> ids = prompt.subspan(static_cast<size_t>(b * B), static_cast<size_t>(B));
-    Block* blk = find_locked(block_key(parent, ids), parent, ids, b);
-    if (blk == nullptr) break;
-    ++blk->refs;  // held while the walk may read more blocks from disk (which may evict)
-    chain.push_back(blk);
-    parent = blk->key;
+  chain.reserve(static_cast<size_t>(max_blocks));
+  try {
+    for (int64_t b = 0; b < max_blocks; ++b) {
+      const std::span<const int32_t> ids = prompt.subspan(static_cast<size_t>(b * B), static_cast<size_t>(B));
+      Block* blk = find_locked(block_key(parent, ids), parent, ids, b);
+      if (blk == nullptr) break;
+      ++blk->refs;  // held while the walk may read more blocks from disk (which may evict)
+      chain.push_back(blk);
+      parent = blk->key;
+    }
+  } catch (...) {  // e.g. out of memory reading a disk block: no reference may leak
+    for (Block* b : chain) --b->refs;
+    throw;
   }
   int64_t j = static_cast<int64_t>(chain.size()) - 1;
   while (j >= 0 && chain[static_cast<size_t>(j)]->kda.empty()) --j;
@@ -252,8 +277,7 @@ int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* stat
   }
   im.n_past = L;
   if (pin != nullptr) {
-    if (pin->cache_ != nullptr && pin->cache_ != this) throw Error("prefix cache: a pin of another cache");
-    pin->cache_ = this;
+    adopt_locked(*pin);
     pin->chain_.clear();
     for (int64_t b = 0; b <= j; ++b) {
       Block* blk = chain[static_cast<size_t>(b)];
@@ -279,10 +303,7 @@ void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const Se
   const std::vector<int64_t> pts = snapshot_points(n_prompt);
   const bool snapshot_here = pos % B == 0 && std::binary_search(pts.begin(), pts.end(), pos);
   std::lock_guard<std::mutex> lk(mu_);
-  if (pin != nullptr) {
-    if (pin->cache_ != nullptr && pin->cache_ != this) throw Error("prefix cache: a pin of another cache");
-    pin->cache_ = this;
-  }
+  if (pin != nullptr) adopt_locked(*pin);
   std::unordered_set<uint64_t> pinned;
   if (pin != nullptr) pinned.insert(pin->keys_.begin(), pin->keys_.end());
   std::vector<Block*> walk;  // temporarily held so that eviction cannot take the chain apart
@@ -303,61 +324,67 @@ void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const Se
       pin->chain_.clear();
     }
   }
-  for (int64_t b = b0; b < nb; ++b) {
-    const std::span<const int32_t> bid = ids.subspan(static_cast<size_t>(b * B), static_cast<size_t>(B));
-    const uint64_t key = block_key(parent, bid);
-    Block* blk = nullptr;
-    auto it = blocks_.find(key);
-    if (it != blocks_.end()) {
-      blk = it->second.get();
-      if (blk->parent != parent || blk->index != b || !std::equal(bid.begin(), bid.end(), blk->ids.begin())) {
-        complete = false;  // a 64-bit key collision: keep the block there, store nothing past it
-        break;
-      }
-    } else {
-      auto nbk = std::make_unique<Block>();
-      nbk->key = key;
-      nbk->parent = parent;
-      nbk->index = b;
-      nbk->ids.assign(bid.begin(), bid.end());
-      nbk->mla.reserve(block_mla_floats_);
-      for (const LayerState& ls : im.layers) {
-        if (ls.kind != AttnKind::MLA) continue;
-        const size_t row = static_cast<size_t>(ls.mla_dims.row());
-        const float* src = ls.mla.rows.data() + static_cast<size_t>(b * B) * row;
-        nbk->mla.insert(nbk->mla.end(), src, src + static_cast<size_t>(B) * row);
-      }
-      evict_to_budget_locked(nbk->bytes());
-      if (stats_.ram_bytes + nbk->bytes() > opt_.ram_bytes) {
-        complete = false;  // does not fit the budget: stop here (children would be unreachable)
-        break;
-      }
-      blk = nbk.get();
-      insert_locked(std::move(nbk));
-    }
-    touch_locked(*blk);
-    ++blk->refs;
-    walk.push_back(blk);
-    if (pin != nullptr && static_cast<int64_t>(pin->chain_.size()) == b) pin->chain_.push_back(key);
-    parent = key;
-  }
-  if (complete && snapshot_here) {
-    Block& last = *walk.back();
-    if (last.kda.empty()) {
-      const uint64_t extra = snapshot_floats_ * 4;
-      evict_to_budget_locked(extra);
-      if (stats_.ram_bytes + extra <= opt_.ram_bytes) {
-        last.kda.reserve(snapshot_floats_);
-        for (const LayerState& ls : im.layers) {
-          if (ls.kind != AttnKind::KDA) continue;
-          last.kda.insert(last.kda.end(), ls.kda.S.begin(), ls.kda.S.end());
-          last.kda.insert(last.kda.end(), ls.kda.conv.begin(), ls.kda.conv.end());
+  walk.reserve(static_cast<size_t>(nb));
+  try {
+    for (int64_t b = b0; b < nb; ++b) {
+      const std::span<const int32_t> bid = ids.subspan(static_cast<size_t>(b * B), static_cast<size_t>(B));
+      const uint64_t key = block_key(parent, bid);
+      Block* blk = nullptr;
+      auto it = blocks_.find(key);
+      if (it != blocks_.end()) {
+        blk = it->second.get();
+        if (blk->parent != parent || blk->index != b || !std::equal(bid.begin(), bid.end(), blk->ids.begin())) {
+          complete = false;  // a 64-bit key collision: keep the block there, store nothing past it
+          break;
         }
-        last.on_disk = false;  // the disk copy (if any) lacks the snapshot
-        stats_.ram_bytes += extra;
-        ++stats_.ram_snapshots;
+      } else {
+        auto nbk = std::make_unique<Block>();
+        nbk->key = key;
+        nbk->parent = parent;
+        nbk->index = b;
+        nbk->ids.assign(bid.begin(), bid.end());
+        nbk->mla.reserve(block_mla_floats_);
+        for (const LayerState& ls : im.layers) {
+          if (ls.kind != AttnKind::MLA) continue;
+          const size_t row = static_cast<size_t>(ls.mla_dims.row());
+          const float* src = ls.mla.rows.data() + static_cast<size_t>(b * B) * row;
+          nbk->mla.insert(nbk->mla.end(), src, src + static_cast<size_t>(B) * row);
+        }
+        evict_to_budget_locked(nbk->bytes());
+        if (stats_.ram_bytes + nbk->bytes() > opt_.ram_bytes) {
+          complete = false;  // does not fit the budget: stop here (children would be unreachable)
+          break;
+        }
+        blk = nbk.get();
+        insert_locked(std::move(nbk));
+      }
+      touch_locked(*blk);
+      ++blk->refs;
+      walk.push_back(blk);
+      if (pin != nullptr && static_cast<int64_t>(pin->chain_.size()) == b) pin->chain_.push_back(key);
+      parent = key;
+    }
+    if (complete && snapshot_here) {
+      Block& last = *walk.back();
+      if (last.kda.empty()) {
+        const uint64_t extra = snapshot_floats_ * 4;
+        evict_to_budget_locked(extra);
+        if (stats_.ram_bytes + extra <= opt_.ram_bytes) {
+          last.kda.reserve(snapshot_floats_);
+          for (const LayerState& ls : im.layers) {
+            if (ls.kind != AttnKind::KDA) continue;
+            last.kda.insert(last.kda.end(), ls.kda.S.begin(), ls.kda.S.end());
+            last.kda.insert(last.kda.end(), ls.kda.conv.begin(), ls.kda.conv.end());
+          }
+          last.on_disk = false;  // the disk copy (if any) lacks the snapshot
+          stats_.ram_bytes += extra;
+          ++stats_.ram_snapshots;
+        }
       }
     }
+  } catch (...) {  // e.g. out of memory copying rows: no reference may leak
+    for (Block* b : walk) --b->refs;
+    throw;
   }
   for (Block* b : walk) {
     if (pin != nullptr && pinned.insert(b->key).second) {
@@ -371,6 +398,7 @@ void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const Se
 void PrefixCache::clear() {
   std::lock_guard<std::mutex> lk(mu_);
   blocks_.clear();
+  ++generation_;
   stats_.ram_bytes = stats_.ram_blocks = stats_.ram_snapshots = 0;
   if (disk_) disk_->clear();
 }

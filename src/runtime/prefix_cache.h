@@ -91,6 +91,7 @@ class PrefixCache {
     PrefixCache* cache_ = nullptr;
     std::vector<uint64_t> keys_;   ///< blocks this pin holds a reference on
     std::vector<uint64_t> chain_;  ///< keys of blocks 0..k of the sequence's ids (store() resumes there)
+    uint64_t generation_ = 0;      ///< the cache's clear() generation its references belong to
   };
 
   /// `model`: the model whose states are cached (must outlive the cache); `fingerprint`:
@@ -136,7 +137,9 @@ class PrefixCache {
   struct Block;  // prefix_cache.cpp
 
  private:
-  void unpin(const std::vector<uint64_t>& keys);
+  void unpin(const std::vector<uint64_t>& keys, uint64_t generation);
+  /// Points `pin` at this cache; a pin of an older clear() generation drops its stale keys.
+  void adopt_locked(Pin& pin);
   void evict_to_budget_locked(uint64_t incoming);
   void touch_locked(Block& b);
   uint64_t block_key(uint64_t parent, std::span<const int32_t> ids) const;
@@ -153,6 +156,7 @@ class PrefixCache {
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Block>> blocks_;
   uint64_t tick_ = 0;
+  uint64_t generation_ = 0;  ///< bumped by clear(): older pins hold no references
   PrefixCacheStats stats_;
   std::unique_ptr<PrefixCacheDisk> disk_;
 };

@@ -1,10 +1,12 @@
 // PrefixCacheDisk: see prefix_cache_disk.h.
 #include "runtime/prefix_cache_disk.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -61,7 +63,9 @@ PrefixCacheDisk::PrefixCacheDisk(std::filesystem::path dir, uint64_t budget_byte
     if (!e.is_regular_file(ec) || e.path().extension() != ".k3pc") continue;
     uint64_t key = 0;
     if (!parse_key(e.path().stem().string(), &key)) continue;
-    found.push_back({e.last_write_time(ec), key, static_cast<uint64_t>(e.file_size(ec))});
+    const uintmax_t sz = e.file_size(ec);
+    if (ec) continue;
+    found.push_back({e.last_write_time(ec), key, static_cast<uint64_t>(sz)});
   }
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.t < b.t; });
   for (const Found& f : found) {
@@ -120,7 +124,8 @@ void PrefixCacheDisk::write(const DiskBlock& b) {
   if (buf.size() > budget_) return;  // never fits
   remove(b.key);
   while (bytes_ + buf.size() > budget_ && !lru_.empty()) remove(lru_.front());
-  const std::filesystem::path p = path_of(b.key), tmp = p.string() + ".tmp";
+  // A per-process temporary name: two servers may share one directory.
+  const std::filesystem::path p = path_of(b.key), tmp = p.string() + "." + std::to_string(::getpid()) + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     f.write(buf.data(), static_cast<std::streamsize>(buf.size()));
@@ -195,6 +200,16 @@ std::optional<DiskBlock> PrefixCacheDisk::read(uint64_t key, uint64_t expect_mla
                       fingerprint_ + ")");
       return std::nullopt;
     }
+    for (const char* k : {"key", "parent", "index", "block_tokens", "mla_floats", "kda_floats"})
+      if (!h.at(k).is_number_integer()) {
+        reject(key, std::string("header field ") + k + " is not an integer");
+        return std::nullopt;
+      }
+    for (const auto& id : h.at("ids"))
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+        reject(key, "header ids hold a value that is not a token id");
+        return std::nullopt;
+      }
     b.key = h.at("key").get<uint64_t>();
     b.parent = h.at("parent").get<uint64_t>();
     b.index = h.at("index").get<int64_t>();

@@ -45,6 +45,8 @@ class PrefixCacheDisk {
   bool contains(uint64_t key) const { return files_.count(key) != 0; }
   /// Deletes every indexed file.
   void clear();
+  /// Reports `key`'s file once (why) and removes it: a file that parsed but is not usable.
+  void discard(uint64_t key, const std::string& why) { reject(key, why); }
 
   uint64_t bytes() const { return bytes_; }
   uint64_t files() const { return files_.size(); }

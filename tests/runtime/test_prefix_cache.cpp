@@ -470,6 +470,52 @@ TEST(PrefixCache, CorruptTruncatedOrForeignDiskFilesAreMisses) {
   check(0, 1);
 }
 
+TEST(PrefixCache, PeriodicSnapshotsNeverLeaveALoneLastId) {
+  // Default prefill chunk 256, blocks of 64, a snapshot at every block: prompts whose n - 1 is
+  // a block boundary off the chunk grid are cut one block earlier, and stay bit-identical.
+  const k3::Model& m = model_chunk(256);
+  k3::PrefixCacheOptions o;
+  o.block_tokens = 64;
+  o.snapshot_every = 1;
+  k3::PrefixCache c(m, k3::model_fingerprint(*mini().checkpoint, m), o);
+  for (int n : {65, 129, 193, 257, 300}) {
+    const std::vector<int32_t> p = ids_of(n, 60 + n);
+    if ((n - 1) % 256 != 0)  // else both run the last id alone: a cut at n - 1 is allowed
+      for (int64_t cut : c.snapshot_points(n)) EXPECT_LT(cut, n - 1) << "n " << n;
+    k3::SequenceState s = m.new_sequence(), r = m.new_sequence();
+    EXPECT_EQ(k3::prefill_cached(m, c, s, p, 512, nullptr, nullptr), k3::prefill(m, r, p, 512)) << "n " << n;
+    EXPECT_EQ(state_diff(s, r), "") << "n " << n;
+    const std::vector<int32_t> q = cat(p, ids_of(3, 90 + n));
+    k3::SequenceState s2 = m.new_sequence(), r2 = m.new_sequence();
+    EXPECT_EQ(k3::prefill_cached(m, c, s2, q, 512, nullptr, nullptr), k3::prefill(m, r2, q, 512)) << "n " << n;
+  }
+}
+
+TEST(PrefixCache, ClearWithLivePinsKeepsReferencesRight) {
+  const k3::Model& m = model_chunk(64);
+  auto probe = make_cache(m, 64);
+  auto c = make_cache(m, 64, 3 * (probe->block_mla_bytes() + probe->snapshot_bytes()));
+  const std::vector<int32_t> a = ids_of(140, 70);
+  k3::PrefixCache::Pin old;
+  k3::SequenceState s = m.new_sequence();
+  k3::prefill_cached(m, *c, s, a, 512, &old, nullptr);
+  c->clear();
+  // Another sequence stores the same blocks again and pins them; the stale pin's release must
+  // not drop the new references (the blocks would become evictable while in use).
+  k3::PrefixCache::Pin fresh;
+  k3::SequenceState s2 = m.new_sequence();
+  k3::prefill_cached(m, *c, s2, a, 512, &fresh, nullptr);
+  old.release();
+  for (int i = 0; i < 4; ++i) {
+    k3::SequenceState o = m.new_sequence();
+    k3::prefill_cached(m, *c, o, ids_of(140, 80 + i), 512, nullptr, nullptr);
+  }
+  k3::SequenceState s3 = m.new_sequence();
+  int64_t reused = 0;
+  k3::prefill_cached(m, *c, s3, cat(a, ids_of(5, 99)), 512, nullptr, &reused);
+  EXPECT_EQ(reused, 128);  // still pinned by `fresh`, so never evicted
+}
+
 TEST(PrefixCache, OptionErrorsNameTheFlag) {
   const k3::Model& m = model_chunk(64);
   k3::PrefixCacheOptions o;
