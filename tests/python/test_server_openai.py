@@ -31,13 +31,16 @@ pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(MINI, "config.js
 
 
 class Server:
-    def __init__(self, log_path, *flags):
+    """A `k3 serve` on models/k3-mini on a free loopback port (also used by the prefix-cache and
+    web-page tests); `start_timeout` bounds the wait for it to listen and become healthy."""
+
+    def __init__(self, log_path, *flags, start_timeout=60):
         assert os.path.exists(K3), f"k3 binary not found at {K3} (build it, or set K3_BIN)"
         self.log_path = log_path
         self.log = open(log_path, "wb")
         self.proc = subprocess.Popen([K3, "serve", "-m", MINI, "--host", "127.0.0.1", "--port", "0", *flags],
                                      stdout=subprocess.DEVNULL, stderr=self.log)
-        deadline = time.time() + 60
+        deadline = time.time() + start_timeout
         self.port = None
         while time.time() < deadline and self.port is None:
             m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.read_log())

@@ -19,12 +19,11 @@ The binary is $K3_BIN, else $K3_ROOT/build/tools/cli/k3, else build/tools/cli/k3
 import json
 import os
 import re
-import signal
-import subprocess
 import time
 
 import httpx
 import pytest
+import test_server_openai as server_fixture
 from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
@@ -50,37 +49,11 @@ PHONE = (390, 844)
 
 # --- the server -------------------------------------------------------------------------------
 
-class Server:
-    def __init__(self, log_path, *flags):
-        assert os.path.exists(K3), f"k3 binary not found at {K3} (build it, or set K3_BIN)"
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen([K3, "serve", "-m", MINI, "--host", "127.0.0.1", "--port", "0", *flags],
-                                     stdout=subprocess.DEVNULL, stderr=self.log)
-        deadline = time.time() + WAIT
-        self.port = None
-        while time.time() < deadline and self.port is None:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.read_log())
-            if m:
-                self.port = int(m.group(1))
-            elif self.proc.poll() is not None:
-                raise AssertionError("k3 serve exited early:\n" + self.read_log())
-            else:
-                time.sleep(0.05)
-        assert self.port, "k3 serve did not start listening:\n" + self.read_log()
-        self.url = f"http://127.0.0.1:{self.port}"
-        while time.time() < deadline:
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError("k3 serve never became healthy:\n" + self.read_log())
+class Server(server_fixture.Server):
+    """test_server_openai's server, plus the API's own answer and the metrics text."""
 
-    def read_log(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
+    def __init__(self, log_path, *flags):
+        super().__init__(log_path, *flags, start_timeout=WAIT)
 
     def chat(self, messages, **kw):
         """The API's own non-streamed answer, to compare the page with."""
@@ -91,18 +64,6 @@ class Server:
 
     def metrics(self):
         return httpx.get(self.url + "/metrics", timeout=10).text
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                rc = self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError("k3 serve did not stop within 30 s of SIGTERM:\n" + self.read_log())
-            assert rc == 0, f"k3 serve exited {rc} after SIGTERM:\n" + self.read_log()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")
