@@ -23,9 +23,7 @@ namespace k3 {
 struct KernelTable {
   const char* isa_name;
 
-  /// Y[t, r] = Σ_k W[r, k]·X[t, k] (fp32 accumulation). AVX-512 with T >= 4 and K3_BF16_DOT=1
-  /// rounds X to bf16 for vdpbf16ps (|err| <= 2^-8·Σ|w·x|); every other case multiplies the
-  /// fp32 X exactly.
+  /// Y[t, r] = Σ_k W[r, k]·X[t, k] (fp32 accumulation, the fp32 X multiplied exactly).
   void (*gemm_bf16)(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
                     int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 
@@ -38,6 +36,21 @@ struct KernelTable {
   void (*gemm_mxfp4_q8)(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
                         const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 
+  /// BF16-product GEMM of the 'bf16' numerics mode (ops.h Numerics): W bf16 [rows, K] (ldw),
+  /// XB bf16 [T, ldxb] (activations already rounded; ldxb even, >= K, element K zero when K is
+  /// odd). The "pair chain" every ISA computes (vdpbf16ps's order, probed on AVX-512 BF16 CPUs):
+  /// acc = 0; for p = 0, 1, ...: acc = rnd(acc + w[2p+1]·x[2p+1]); acc = rnd(acc + w[2p]·x[2p])
+  /// (products of two bf16 are exact in fp32; w/x past K are 0); Y[t, r] = acc. One chain per
+  /// output, so a row's bits depend on neither T nor the row range. AVX-512 BF16 flushes
+  /// fp32 subnormals (DAZ/FTZ); the emulations (scalar, AVX2) keep them.
+  void (*gemm_bf16_dp)(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb,
+                       int64_t ldxb, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+
+  /// The same pair chain with W an MXFP4 matrix (K % 32 == 0) decoded to the exact bf16 values
+  /// E2M1[nib]·2^(e-127) (the 'mxfp8' mode's expert GEMM; XB holds MXFP8-quantized activations).
+  void (*gemm_mxfp4_dp)(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb,
+                        int64_t ldxb, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+
   /// Exact-decode path: Y[t, r] = Σ_k E2M1[nib]·2^(e-127)·X[t, k] in fp32 FMA.
   void (*gemm_mxfp4_f32)(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x,
                          int64_t ldx, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
@@ -45,8 +58,10 @@ struct KernelTable {
   /// out[i] = β1·tanh(g[i]/β1)·σ(g[i]) · β2·tanh(u[i]/β2) (β2 <= 0: the up branch is u[i]).
   void (*situ_glu)(const float* g, const float* u, float* out, int64_t n, float beta1, float beta2);
 
-  /// Σ x[i] over a large buffer (streaming-read probe; fp32 lanes, order unspecified).
-  float (*read_sum)(const float* x, int64_t n);
+  /// Streaming-read probe (kernels/read_bandwidth.h): Σ x[i] mod 2^64 over n 64-bit words
+  /// (integer lanes: any bytes, e.g. mapped weights, read at full speed, no denormal or NaN
+  /// cases; the sum is the same bits on every ISA). x is 8-byte aligned.
+  uint64_t (*read_sum)(const uint64_t* x, int64_t n);
 
   // --- k3::vec primitives (vec.h states their contracts; vec_impl.h is the one source that
   // every ISA compiles). Single-threaded, unchecked, fp32; "may alias" = output == input exactly.

@@ -4,10 +4,16 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/dispatch.h"
+#include "kernels/mxfp8.h"
+#include "kernels/numerics.h"
+#include "kernels/op_profile.h"
 #include "kernels/ref/linear.h"
 #include "kernels/threads.h"
 
@@ -60,6 +66,56 @@ void check_scales_after_nan(const Mxfp4Matrix& w, const float* y, int64_t n, std
   if (!all_finite(y, n)) scan_nan_scales(w, name);
 }
 
+// Activations as bf16 bits [T, ld] (ld = cols rounded up to even), the pair-chain GEMMs' input.
+struct Bf16Acts {
+  int64_t ld = 0;
+  std::vector<uint16_t> v;
+};
+void round_acts(const float* x, int64_t t, int64_t cols, Bf16Acts& a) {
+  a.ld = (cols + 1) & ~int64_t{1};
+  a.v.resize(static_cast<size_t>(t * a.ld));
+  parallel_for(t, 8, [&](int64_t t0, int64_t t1) {
+    for (int64_t j = t0; j < t1; ++j) round_bf16_row(x + j * cols, cols, a.v.data() + j * a.ld);
+  });
+}
+void mxfp8_acts(const float* x, int64_t t, int64_t cols, Bf16Acts& a) {
+  a.ld = cols;  // cols % 32 == 0
+  a.v.resize(static_cast<size_t>(t * a.ld));
+  for (int64_t j = 0; j < t; ++j) quantize_mxfp8_bf16(x + j * cols, cols, a.v.data() + j * a.ld);
+}
+
+constexpr int64_t kDpRowGrain = 32;  // the AVX-512 panel height
+
+// Y = X·Wᵀ in the 'bf16' mode: X rounded once, then the pair-chain GEMM split like the fp32 one
+// (rows, or tokens for few-row matrices); a row's bits depend on neither split (one chain each).
+void matmul_bf16_dp(const KernelTable& kt, const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw,
+                    const float* x, int64_t n_tokens, float* y) {
+  thread_local Bf16Acts tl_xb;
+  Bf16Acts& xb = tl_xb;  // a plain reference: the workers below must read this thread's buffer
+  round_acts(x, n_tokens, cols, xb);
+  const int64_t row_units = (rows + kDpRowGrain - 1) / kDpRowGrain;
+  if (row_units < 2 * num_threads() && n_tokens >= 2 * kTokenGrain) {
+    const int64_t units = n_tokens / kTokenGrain;
+    parallel_for(units, grain_for_work(1, kTokenGrain * rows * cols), [&](int64_t u0, int64_t u1) {
+      const int64_t t0 = u0 * kTokenGrain, t1 = u1 == units ? n_tokens : u1 * kTokenGrain;
+      kt.gemm_bf16_dp(w, ldw, cols, xb.v.data() + t0 * xb.ld, xb.ld, t1 - t0, y + t0 * rows, rows, 0, rows);
+    });
+    return;
+  }
+  parallel_for(rows, grain_for_work(kDpRowGrain, cols * n_tokens), [&](int64_t r0, int64_t r1) {
+    kt.gemm_bf16_dp(w, ldw, cols, xb.v.data(), xb.ld, n_tokens, y, rows, r0, r1);
+  });
+}
+
+// MXFP4 x MXFP8-quantized activations (pair chain), no NaN-scale scan.
+void mxfp4_dp_unscanned(const Mxfp4Matrix& w, const Bf16Acts& xq, int64_t n_tokens, float* y) {
+  if (w.rows == 0 || n_tokens == 0) return;
+  const KernelTable& kt = kernels();
+  parallel_for(w.rows, grain_for_work(kDpRowGrain, w.cols * n_tokens), [&](int64_t r0, int64_t r1) {
+    kt.gemm_mxfp4_dp(w.packed, w.scale, w.cols, xq.v.data(), xq.ld, n_tokens, y, w.rows, r0, r1);
+  });
+}
+
 }  // namespace
 
 void matmul_bf16_raw(const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw, const float* x,
@@ -72,6 +128,7 @@ void matmul_bf16_raw(const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw,
   if (w == nullptr || (x == nullptr && cols > 0) || y == nullptr)
     throw Error("bf16 weight '" + nm(name) + "': null pointer");
   const KernelTable& kt = kernels();
+  if (numerics_mode() == Numerics::Bf16) return matmul_bf16_dp(kt, w, rows, cols, ldw, x, n_tokens, y);
   // Few rows (a router, a small projection) but many tokens: split the tokens instead, so both
   // threads work. Outputs are the same bits either way: every call gets >= kTokenGrain tokens,
   // and for T >= 4 each output's order over K depends on neither the row range nor the token
@@ -106,6 +163,7 @@ void matmul_bf16(const TensorView& w, const float* x, int64_t n_tokens, float* y
 }
 
 void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
+  const prof::Scope timer(w.name, static_cast<double>(w.quant ? w.quant->bytes() : w.nbytes));
   if (w.quant) return matmul_quant(*w.quant, x, n_tokens, y);  // trunk quantized at load
   if (w.dtype == DType::F32) {
     check_tokens(n_tokens, w.name);
@@ -113,6 +171,65 @@ void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
     return;
   }
   matmul_bf16(w, x, n_tokens, y);
+}
+
+void matmul_same_input(std::span<const TensorView* const> ws, const float* x, int64_t n_tokens,
+                       std::span<float* const> ys) {
+  if (ws.size() != ys.size())
+    throw Error("matmul_same_input: " + std::to_string(ws.size()) + " weights but " + std::to_string(ys.size()) +
+                " outputs");
+  if (ws.empty()) return;
+  check_tokens(n_tokens, ws[0]->name);
+  bool fuse = ws.size() > 1 && n_tokens > 0 && n_tokens < 2 * kTokenGrain && numerics_mode() != Numerics::Bf16;
+  for (const TensorView* w : ws) {
+    if (w->shape.size() != 2)
+      throw Error("tensor '" + w->name + "': expected a 2-D [out, in] weight, found " +
+                  std::to_string(w->shape.size()) + " dims");
+    if (w->shape[1] != ws[0]->shape[1])
+      throw Error("matmul_same_input: '" + w->name + "' has " + std::to_string(w->shape[1]) + " input columns, '" +
+                  ws[0]->name + "' has " + std::to_string(ws[0]->shape[1]) + " (they must read the same input)");
+    if (w->quant || w->dtype != DType::BF16 || (w->data == nullptr && w->numel() != 0)) fuse = false;
+  }
+  if (!fuse) {
+    for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, n_tokens, ys[i]);
+    return;
+  }
+  const int64_t K = ws[0]->shape[1];
+  // Units of kRowGrain rows of one weight (a weight's last unit may be shorter): the same row
+  // boundaries (multiples of kRowGrain from each weight's row 0) as matmul_bf16_raw's row split.
+  struct Unit {
+    int32_t w;
+    int64_t r0, r1;
+  };
+  std::vector<Unit> units;
+  double bytes = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const int64_t rows = ws[i]->shape[0];
+    for (int64_t r = 0; r < rows; r += kRowGrain)
+      units.push_back({static_cast<int32_t>(i), r, std::min(rows, r + kRowGrain)});
+    bytes += static_cast<double>(ws[i]->nbytes);
+  }
+  std::string label;  // per-op timer row, e.g. "self_attn.q_proj+k_proj+v_proj"
+  if (prof::enabled()) {
+    label = prof::op_name(ws[0]->name);
+    for (size_t i = 1; i < ws.size(); ++i) {
+      const std::string n = prof::op_name(ws[i]->name);
+      label += "+" + n.substr(n.rfind('.') == std::string::npos ? 0 : n.rfind('.') + 1);
+    }
+  }
+  const prof::Scope timer(label, bytes);
+  const KernelTable& kt = kernels();
+  parallel_for(static_cast<int64_t>(units.size()), grain_for_work(1, kRowGrain * K * n_tokens),
+               [&](int64_t u0, int64_t u1) {
+                 for (int64_t u = u0; u < u1;) {
+                   int64_t v = u + 1;  // consecutive units of the same weight: one kernel call
+                   while (v < u1 && units[v].w == units[u].w) ++v;
+                   const TensorView& w = *ws[units[u].w];
+                   kt.gemm_bf16(reinterpret_cast<const uint16_t*>(w.data), K, K, x, K, n_tokens, ys[units[u].w],
+                                w.shape[0], units[u].r0, units[v - 1].r1);
+                   u = v;
+                 }
+               });
 }
 
 void quantize_q8(const float* x, int64_t n_tokens, int64_t cols, Q8Activations& out) {
@@ -129,13 +246,32 @@ void quantize_q8(const float* x, int64_t n_tokens, int64_t cols, Q8Activations& 
 }
 
 Mxfp4Path default_mxfp4_path() {
-  static const Mxfp4Path p = [] {
+  static const std::optional<Mxfp4Path> env = []() -> std::optional<Mxfp4Path> {
     const char* v = std::getenv("K3_MXFP4");
-    if (v == nullptr || *v == '\0' || std::string(v) == "int8") return Mxfp4Path::Int8;
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    if (std::string(v) == "int8") return Mxfp4Path::Int8;
     if (std::string(v) == "exact") return Mxfp4Path::ExactF32;
-    throw Error("K3_MXFP4=" + std::string(v) + ": expected 'int8' or 'exact'");
+    if (std::string(v) == "mxfp8") return Mxfp4Path::Mxfp8;
+    throw Error("K3_MXFP4=" + std::string(v) + ": expected 'int8', 'exact' or 'mxfp8' (or set the "
+                "numerics mode instead: K3_NUMERICS / --numerics exact|mxfp8|bf16)");
   }();
-  return p;
+  if (env) return *env;
+  switch (numerics_mode()) {
+    case Numerics::Exact: return Mxfp4Path::ExactF32;
+    case Numerics::Int8:
+    case Numerics::Bf16: return Mxfp4Path::Int8;
+    case Numerics::Mxfp8: break;
+  }
+  return Mxfp4Path::Mxfp8;
+}
+
+const char* mxfp4_path_name(Mxfp4Path p) {
+  switch (p) {
+    case Mxfp4Path::Int8: return "int8";
+    case Mxfp4Path::ExactF32: return "exact";
+    case Mxfp4Path::Mxfp8: return "mxfp8";
+  }
+  return "?";
 }
 
 namespace {
@@ -164,6 +300,13 @@ void matmul_mxfp4(const Mxfp4Matrix& w, const float* x, int64_t n_tokens, float*
   check_mxfp4(w, name);
   check_tokens(n_tokens, name);
   if (w.rows == 0 || n_tokens == 0) return;
+  if (path == Mxfp4Path::Mxfp8) {
+    thread_local Bf16Acts xq;
+    mxfp8_acts(x, n_tokens, w.cols, xq);
+    mxfp4_dp_unscanned(w, xq, n_tokens, y);
+    check_scales_after_nan(w, y, n_tokens * w.rows, name);
+    return;
+  }
   if (path == Mxfp4Path::Int8) {
     thread_local Q8Activations xq;  // scratch reused across calls on this thread
     quantize_q8(x, n_tokens, w.cols, xq);
@@ -202,6 +345,22 @@ void mxfp4_glu_ffn(const Mxfp4Matrix& w1, const Mxfp4Matrix& w3, const Mxfp4Matr
     glu_activation(g.data(), u.data(), g.data(), static_cast<int64_t>(g.size()), act);
     quantize_q8(g.data(), n_tokens, w2.cols, hq);
     mxfp4_q8_unscanned(w2, hq, y, n2);
+    if (!all_finite(y, n_tokens * w2.rows)) scan_nan_scales(w2, n2);
+    return;
+  }
+  if (path == Mxfp4Path::Mxfp8) {  // z quantized once for w1 and w3, the activation once for w2
+    thread_local Bf16Acts zq, hq;
+    check_mxfp4(w1, n1);
+    check_mxfp4(w3, n3);
+    check_mxfp4(w2, n2);
+    mxfp8_acts(z, n_tokens, w1.cols, zq);
+    mxfp4_dp_unscanned(w1, zq, n_tokens, g.data());
+    mxfp4_dp_unscanned(w3, zq, n_tokens, u.data());
+    if (!all_finite(g.data(), n_tokens * w1.rows)) scan_nan_scales(w1, n1);
+    if (!all_finite(u.data(), n_tokens * w3.rows)) scan_nan_scales(w3, n3);
+    glu_activation(g.data(), u.data(), g.data(), static_cast<int64_t>(g.size()), act);
+    mxfp8_acts(g.data(), n_tokens, w2.cols, hq);
+    mxfp4_dp_unscanned(w2, hq, n_tokens, y);
     if (!all_finite(y, n_tokens * w2.rows)) scan_nan_scales(w2, n2);
     return;
   }

@@ -6,6 +6,7 @@
 // Spec: k3-architecture.md §3 (forward math), §4 (MXFP4); algorithms.md §5.3 (MXFP4 dot).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -15,7 +16,9 @@ namespace k3 {
 
 /// Y [T, out] = X [T, in] · Wᵀ for a BF16 weight W [out, in] (`w.dtype` must be BF16, 2-D).
 /// fp32 accumulation; T == 1 is the decode GEMV (memory-bound), T > 1 the prefill GEMM (each
-/// weight row is read once per 48-token tile). y must not alias x.
+/// weight row is read once per token tile). y must not alias x. Numerics mode 'bf16'
+/// (numerics.h): X is rounded to bf16 (RNE) and multiplied on vdpbf16ps / its emulation
+/// (kernel_table.h gemm_bf16_dp; |err| <= 2^-8·Σ|w·x| + fp32 accumulation); otherwise exact fp32.
 /// Errors: k3::Error naming w.name when W is not 2-D BF16, has no data, or T < 0.
 void matmul_bf16(const TensorView& w, const float* x, int64_t n_tokens, float* y);
 
@@ -24,6 +27,16 @@ void matmul_bf16(const TensorView& w, const float* x, int64_t n_tokens, float* y
 /// a view with `quant` set (trunk quantized at load) k3::matmul_quant (kernels/q8q4_trunk.h).
 /// Errors: as matmul_bf16 (dtype must be BF16 or F32).
 void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y);
+
+/// Y_i [T, out_i] = X [T, in] · W_iᵀ for several weights that read the same X (the projections
+/// of one layer input, e.g. KDA's q/k/v/f_a/b/g): for decode-sized T (< 32) with BF16 weights
+/// in the exact trunk mode, one parallel region over all their rows (row units of 16 per
+/// weight, the same boundaries and kernel as matmul's row split, so every output is bit-identical
+/// to matmul() per weight) instead of one region and barrier per weight; otherwise matmul() per
+/// weight. ys[i] holds [T, out_i] and must not alias x. Errors: k3::Error when the counts of
+/// weights and outputs differ, a weight is not 2-D, or the input widths differ (naming both).
+void matmul_same_input(std::span<const TensorView* const> ws, const float* x, int64_t n_tokens,
+                       std::span<float* const> ys);
 
 /// Same on raw bf16 bits: W [rows, cols] with row stride `ldw` (elements, >= cols), e.g. a
 /// slice of heads. `name` is used in error messages only.
@@ -43,13 +56,17 @@ struct Q8Activations {
 void quantize_q8(const float* x, int64_t n_tokens, int64_t cols, Q8Activations& out);
 
 enum class Mxfp4Path {
-  Int8,      ///< int8 activations x doubled-E2M1 int8 integer dots (fast; error bound below)
+  Int8,      ///< int8 activations x doubled-E2M1 int8 integer dots (VNNI; error bound below)
   ExactF32,  ///< weights decoded to fp32 in registers, fp32 FMA (reference; ≈1e-6 relative)
+  Mxfp8,     ///< MXFP8 activations x MXFP4 weights, exact bf16 products (numerics 'mxfp8')
 };
 
-/// The process-wide default MXFP4 path: environment K3_MXFP4=int8|exact, read once (default
-/// int8). Errors: k3::Error on another value.
+/// The process-wide default MXFP4 path: from the numerics mode (numerics.h: exact -> ExactF32,
+/// mxfp8 -> Mxfp8, int8 / bf16 -> Int8), unless K3_MXFP4=int8|exact|mxfp8 overrides it (read once).
+/// Errors: k3::Error on another K3_MXFP4 value.
 Mxfp4Path default_mxfp4_path();
+/// "int8", "exact", "mxfp8".
+const char* mxfp4_path_name(Mxfp4Path p);
 
 /// Y [T, rows] = X [T, cols] · Wᵀ for an MXFP4 matrix W [rows, cols] computed on the packed bytes
 /// (never dequantizing the matrix). Int8 path error: per 32-block |err| <= 0.5·s_a·Σ|w_i|

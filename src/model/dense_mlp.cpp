@@ -41,8 +41,9 @@ void glu_mlp_forward(const GluMlpWeights& w, const GluActivation& act, const flo
   const int64_t I = w.gate->shape[0];
   std::vector<float> g(T * I), u(T * I);
   if (ex.fast) {
-    k3::matmul(*w.gate, x, T, g.data());
-    k3::matmul(*w.up, x, T, u.data());
+    const TensorView* xs[2] = {w.gate, w.up};  // one parallel region for decode
+    float* ys[2] = {g.data(), u.data()};
+    k3::matmul_same_input(xs, x, T, ys);
     glu_activation(g.data(), u.data(), g.data(), T * I, to_glu_act(act));
     k3::matmul(*w.down, g.data(), T, out);
     return;

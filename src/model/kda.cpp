@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/kda_chunk.h"
 #include "kernels/kda_decode.h"
+#include "kernels/op_profile.h"
 #include "kernels/ops.h"
 #include "kernels/ref/activations.h"
 #include "kernels/ref/linear.h"
@@ -103,16 +104,16 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x,
   const TensorView* proj[3] = {w.q_proj, w.k_proj, w.v_proj};
   const std::vector<float>* taps[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
   FBuf p(static_cast<size_t>(3 * T * C)), tt(static_cast<size_t>(3 * K * C));
-  for (int64_t i = 0; i < 3; ++i) {
-    k3::matmul(*proj[i], x, T, &p[i * T * C]);
+  FBuf fa(T * d), z(T * C), bl(T * H), gl(T * C);
+  {  // the six projections of x: one parallel region for decode (ops.h matmul_same_input)
+    const TensorView* xs[6] = {proj[0], proj[1], proj[2], w.f_a, w.b_proj, w.g_proj};
+    float* ys[6] = {&p[0], &p[T * C], &p[2 * T * C], fa.data(), bl.data(), gl.data()};
+    k3::matmul_same_input(xs, x, T, ys);
+  }
+  for (int64_t i = 0; i < 3; ++i)
     for (int64_t c = 0; c < C; ++c)
       for (int64_t j = 0; j < K; ++j) tt[(i * K + j) * C + c] = (*taps[i])[c * K + j];  // [K, C]
-  }
-  FBuf fa(T * d), z(T * C), bl(T * H), gl(T * C);
-  k3::matmul(*w.f_a, x, T, fa.data());
   k3::matmul(*w.f_b, fa.data(), T, z.data());
-  k3::matmul(*w.b_proj, x, T, bl.data());
-  k3::matmul(*w.g_proj, x, T, gl.data());
 
   // ext: per sequence s and i = q, k, v, its conv window ++ its new projections,
   // [W + T_s, C] at ext_off[s] + i·(W + T_s)·C.
@@ -203,12 +204,15 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x,
     kda_chunk(static_cast<int>(Ts), Hi, di, di, &q[a], &k[a], &v[a], &g[a], &beta[r0 * H],
               st.S.data(), &o[a], 64);
   };
-  if (S >= num_threads() && S > 1)
-    parallel_for(S, 1, [&](int64_t s0, int64_t s1) {
-      for (int64_t s = s0; s < s1; ++s) run_seq(s);
-    });
-  else
-    for (int64_t s = 0; s < S; ++s) run_seq(s);
+  {
+    const prof::Scope timer("kda.recurrence", 0);  // k3 bench --profile (the state is not a weight)
+    if (S >= num_threads() && S > 1)
+      parallel_for(S, 1, [&](int64_t s0, int64_t s1) {
+        for (int64_t s = s0; s < s1; ++s) run_seq(s);
+      });
+    else
+      for (int64_t s = 0; s < S; ++s) run_seq(s);
+  }
   // Output: per-head RMSNorm (shared weight) times σ(full-rank gate), then o_proj.
   parallel_for(T, grain_for_work(1, 32 * C), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/op_profile.h"
 #include "kernels/ops.h"
 #include "kernels/ref/activations.h"
 #include "kernels/ref/linear.h"
@@ -47,8 +48,24 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
   const int64_t D = dm.D, E = dm.E, L = dm.L;
   const int k = dm.k;
   // 1–3. Router for every token: s = σ(W_gate x) [T, E], then per-token top-k.
+  // The products of x: router logits [T, E], the latent down-projection z [T, L] (step 4) and
+  // the shared experts' gate and up [T, I] (steps 7–8), in one parallel region for decode
+  // (ops.h matmul_same_input; the same bits as one product at a time).
   FBuf logits(static_cast<size_t>(T * E));
-  k3::matmul(*w.router, x, T, logits.data());
+  FBuf z(static_cast<size_t>(T * L));
+  std::vector<float> sg, su;  // shared experts' gate and up
+  {
+    std::vector<const TensorView*> xs = {w.router, w.down};
+    std::vector<float*> ys = {logits.data(), z.data()};
+    if (w.shared) {
+      const int64_t I = w.shared->gate->shape[0];
+      sg.resize(static_cast<size_t>(T * I));
+      su.resize(sg.size());
+      xs.insert(xs.end(), {w.shared->gate, w.shared->up});
+      ys.insert(ys.end(), {sg.data(), su.data()});
+    }
+    k3::matmul_same_input(xs, x, T, ys);
+  }
   std::vector<int32_t> ids(static_cast<size_t>(T * k));
   std::vector<float> wts(static_cast<size_t>(T * k));
   vec::sigmoid(logits.data(), logits.data(), T * E);
@@ -56,9 +73,7 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
     router_select_topk(std::span<const float>(&logits[t * E], E), w.bias, k, dm.renormalize,
                        dm.scaling, std::span<int32_t>(&ids[t * k], k),
                        std::span<float>(&wts[t * k], k));
-  // 4. Latent down-projection for the whole block.
-  FBuf z(static_cast<size_t>(T * L));
-  k3::matmul(*w.down, x, T, z.data());
+  // 4. Latent down-projection for the whole block: z, above.
   // 5–6. Group tokens by expert (ascending ids); the selected experts run in parallel, each on
   // its group's rows (written to its own slice of yall), then a serial scatter-add in expert
   // order, so the sum does not depend on the thread count.
@@ -115,22 +130,28 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
       }
     });
   };
-  if (!w.store) {
-    run_experts(0, n_active, nullptr);
-  } else {
-    // Streamed: the chunk's distinct experts in groups of G, the next group's reads queued
-    // before this group computes, so at most 2·G experts are pinned (a prefill chunk may select
-    // every expert of the layer; decode selects k <= G: one group).
-    const int64_t G = std::max<int64_t>(2 * k, 32);
-    auto acquire = [&](int64_t b) {
-      return w.store->acquire(w.layer, std::span<const int64_t>(active.data() + b, std::min(G, n_active - b)));
-    };
-    ExpertStore::Lease cur = acquire(0);
-    for (int64_t b = 0; b < n_active; b += G) {
-      ExpertStore::Lease next;
-      if (b + G < n_active) next = acquire(b + G);
-      run_experts(b, std::min(b + G, n_active), &cur);
-      cur = std::move(next);
+  // Per-op timer (k3 bench --profile): w1, w3 [Im, L] and w2 [L, Im] in MXFP4, 17/32 byte per
+  // weight (a nibble plus one E8M0 byte per 32).
+  {
+    const prof::Scope timer("block_sparse_moe.routed_experts",
+                            static_cast<double>(n_active) * 3.0 * static_cast<double>(L * dm.Im) * 17.0 / 32.0);
+    if (!w.store) {
+      run_experts(0, n_active, nullptr);
+    } else {
+      // Streamed: the chunk's distinct experts in groups of G, the next group's reads queued
+      // before this group computes, so at most 2·G experts are pinned (a prefill chunk may select
+      // every expert of the layer; decode selects k <= G: one group).
+      const int64_t G = std::max<int64_t>(2 * k, 32);
+      auto acquire = [&](int64_t b) {
+        return w.store->acquire(w.layer, std::span<const int64_t>(active.data() + b, std::min(G, n_active - b)));
+      };
+      ExpertStore::Lease cur = acquire(0);
+      for (int64_t b = 0; b < n_active; b += G) {
+        ExpertStore::Lease next;
+        if (b + G < n_active) next = acquire(b + G);
+        run_experts(b, std::min(b + G, n_active), &cur);
+        cur = std::move(next);
+      }
     }
   }
   for (int64_t a = 0; a < n_active; ++a) {
@@ -143,9 +164,10 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
       vec::rmsnorm(&acc[t * L], w.latent_norm.data(), dm.rms_eps, &acc[t * L], L);
   // 7–8. Up-projection for the whole block plus the shared experts.
   k3::matmul(*w.up, acc.data(), T, out);
-  if (w.shared) {
+  if (w.shared) {  // glu_mlp_forward's fast path on the gate and up computed above
     std::vector<float> shared(static_cast<size_t>(T * D));
-    glu_mlp_forward(*w.shared, act, x, T, shared.data(), ex);
+    glu_activation(sg.data(), su.data(), sg.data(), static_cast<int64_t>(sg.size()), ga);
+    k3::matmul(*w.shared->down, sg.data(), T, shared.data());
     for (int64_t i = 0; i < T * D; ++i) out[i] += shared[i];
   }
   if (topk_ids) std::copy(ids.begin(), ids.end(), topk_ids);

@@ -221,7 +221,14 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x,
     else
       ref::matmul(wt, in, T, y);
   };
-  mm(*w.q_a, x, qa.data());
+  if (ex.fast) {  // the projections of x: one parallel region for decode (ops.h matmul_same_input)
+    const TensorView* xs[3] = {w.q_a, w.kv_a, w.g_proj};
+    float* ys[3] = {qa.data(), ckv.data(), gate.data()};
+    k3::matmul_same_input(std::span<const TensorView* const>(xs, d.output_gate ? 3 : 2), x, T,
+                          std::span<float* const>(ys, d.output_gate ? 3 : 2));
+  } else {
+    mm(*w.q_a, x, qa.data());
+  }
   if (ex.fast)
     parallel_for(T, grain_for_work(1, 16 * d.q_rank), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
@@ -231,8 +238,10 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x,
     for (int64_t t = 0; t < T; ++t)
       ref::rmsnorm(&qa[t * d.q_rank], d.q_rank, w.q_a_norm.data(), d.norm_eps, &qa[t * d.q_rank]);
   mm(*w.q_b, qa.data(), q.data());
-  mm(*w.kv_a, x, ckv.data());
-  if (d.output_gate) mm(*w.g_proj, x, gate.data());
+  if (!ex.fast) {
+    mm(*w.kv_a, x, ckv.data());
+    if (d.output_gate) mm(*w.g_proj, x, gate.data());
+  }
 
   // Per sequence: append [RMSNorm(c), k_r] for each new token, then attend over its cache.
   // Auto: Absorbed for decode, and for prefill once the Expanded form's per-call k_nope/v

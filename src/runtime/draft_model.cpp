@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "io/config.h"
+#include "io/model_summary.h"
 #include "model/sequence_rollback.h"
 
 namespace k3 {
@@ -94,6 +95,18 @@ Draft DraftModelDrafter::propose(std::span<const int32_t> ctx, int64_t n_max) {
     snaps_.push_back(capture_kda(seq_));
   }
   return d;
+}
+
+uint64_t DraftModelDrafter::bytes() const {
+  uint64_t b = seq_.bytes();
+  for (const auto& s : snaps_) b += s.capacity() * sizeof(float);
+  return b;
+}
+
+uint64_t DraftModelDrafter::max_bytes(const ModelConfig& draft, int64_t n_ctx, int64_t draft_max) {
+  // The state at n_ctx tokens plus draft_max whole-KDA snapshots (snaps_ holds one per drafted id).
+  const StateBytes sb = state_bytes(draft);
+  return sb.total(n_ctx) + static_cast<uint64_t>(std::max<int64_t>(draft_max, 0)) * sb.kda_total;
 }
 
 void check_draft_compatible(const ModelConfig& target, const ModelConfig& draft, const std::string& target_tok,

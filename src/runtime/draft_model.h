@@ -24,6 +24,10 @@ class DraftModelDrafter : public Drafter {
   Draft propose(std::span<const int32_t> context, int64_t n_max) override;
   void reset() override;
   std::string name() const override { return "draft model"; }
+  /// The draft's SequenceState bytes plus its rollback snapshots.
+  uint64_t bytes() const override;
+  /// Upper bound of bytes() for a context of n_ctx tokens and drafts of at most draft_max ids.
+  static uint64_t max_bytes(const ModelConfig& draft, int64_t n_ctx, int64_t draft_max);
 
  private:
   const Model& draft_;

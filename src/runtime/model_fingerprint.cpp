@@ -7,6 +7,8 @@
 
 #include "core/read_file.h"
 #include "kernels/dispatch.h"
+#include "kernels/numerics.h"
+#include "kernels/ops.h"
 
 namespace k3 {
 
@@ -36,11 +38,10 @@ std::string model_fingerprint(const Checkpoint& ck, const Model& model) {
     }
   }
   const ModelOptions& o = model.options();
-  const char* bf16_dot = std::getenv("K3_BF16_DOT");
   mix(std::string("isa=") + isa_name(active_isa()) + " kernels=" +
       (o.kernels == ModelKernels::Fast ? "fast" : "ref") +
-      " mxfp4=" + (o.mxfp4 && *o.mxfp4 == Mxfp4Path::Int8 ? "int8" : "exact") +
-      " bf16_dot=" + (bf16_dot ? bf16_dot : "") + " prefill_chunk=" + std::to_string(o.prefill_chunk) + " trunk=" +
+      " mxfp4=" + (o.mxfp4 ? mxfp4_path_name(*o.mxfp4) : "exact") +
+      " numerics=" + numerics_name(numerics_mode()) + " prefill_chunk=" + std::to_string(o.prefill_chunk) + " trunk=" +
       (!o.trunk_quant ? "bf16" : *o.trunk_quant == QuantKind::Q8 ? "q8" : "q4"));
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "io/model_summary.h"
+#include "model/sequence_rollback.h"
 #include "model/sequence_state.h"
 #include "runtime/stats.h"
 
@@ -61,7 +62,18 @@ struct Scheduler::Slot {
   int64_t id = 0;             ///< slot id in [0, n_parallel)
   bool from_kept = false;     ///< continues a kept slot state: its blocks are not cached
   std::vector<int32_t> out;   ///< ids sampled
+  // Speculative decoding (Options::speculation).
+  std::unique_ptr<Drafter> drafter;  ///< null: plain decoding
+  Draft draft;                       ///< this step's drafts (verified when non-empty)
+  std::vector<int32_t> window;       ///< this step's decode-form window [pending, drafts]
+  std::vector<float> kda_steps;      ///< per-token KDA records of the window (rollback)
+  int64_t n_drafted = 0;             ///< draft ids verified
+  int64_t n_draft_accepted = 0;      ///< of those, emitted
   bool decoding() const { return prefilled == req.prompt.size(); }
+  /// Bytes this sequence holds: state, drafter, verify records.
+  uint64_t bytes() const {
+    return seq.bytes() + (drafter ? drafter->bytes() : 0) + kda_steps.capacity() * sizeof(float);
+  }
 
   Slot(SeqRequest r, std::shared_ptr<SeqHandle> h, SequenceState s)
       : req(std::move(r)), handle(std::move(h)), seq(std::move(s)), sampler(req.sampling) {
@@ -111,6 +123,10 @@ Scheduler::Scheduler(const Model& model, Options opt) : model_(model), opt_(opt)
   if (opt_.max_queue < 0) throw Error("--queue: expected >= 0, found " + std::to_string(opt_.max_queue));
   if (opt_.step_tokens < 1)
     throw Error("-b/--batch-size: expected >= 1 tokens per step, found " + std::to_string(opt_.step_tokens));
+  if (opt_.speculation) {
+    opt_.speculation->spec.validate();
+    if (!opt_.speculation->make_drafter) throw Error("speculative decoding: no drafter factory (internal)");
+  }
   kept_.resize(static_cast<size_t>(opt_.n_parallel));
   busy_.assign(static_cast<size_t>(opt_.n_parallel), false);
   thread_ = std::thread([this] { engine_loop(); });
@@ -126,7 +142,13 @@ Scheduler::~Scheduler() {
   if (thread_.joinable()) thread_.join();
 }
 
-uint64_t Scheduler::slot_bytes() const { return state_bytes(model_.config()).total(opt_.n_ctx); }
+uint64_t Scheduler::slot_bytes() const {
+  const StateBytes sb = state_bytes(model_.config());
+  uint64_t b = sb.total(opt_.n_ctx);
+  if (opt_.speculation)  // one verify window of KDA records + the drafter's own state
+    b += sb.kda_total * static_cast<uint64_t>(opt_.speculation->spec.draft_max + 1) + opt_.speculation->drafter_bytes;
+  return b;
+}
 
 std::shared_ptr<SeqHandle> Scheduler::submit(SeqRequest req) {
   const int64_t V = model_.config().vocab_size;
@@ -260,6 +282,7 @@ void Scheduler::engine_loop() {
           slot->pin = std::move(pin);
           slot->id = id;
           slot->from_kept = from_kept;
+          if (opt_.speculation && slot->req.speculative) slot->drafter = opt_.speculation->make_drafter(slot->req);
           busy_[static_cast<size_t>(id)] = true;
           stats_.prompt_tokens_reused += static_cast<uint64_t>(reused);
           slots.push_back(std::move(slot));
@@ -282,7 +305,7 @@ void Scheduler::engine_loop() {
       std::lock_guard<std::mutex> lk(mu_);
       stats_.running = static_cast<int64_t>(slots.size());
       uint64_t bytes = 0;
-      for (const auto& s : slots) bytes += s->seq.bytes();
+      for (const auto& s : slots) bytes += s->bytes();
       for (const Kept& k : kept_)
         if (k.state) bytes += k.state->bytes();
       stats_.state_bytes = bytes;
@@ -379,7 +402,10 @@ std::vector<std::pair<bool, int64_t>> Scheduler::slot_summary() const {
 
 void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   uint64_t n_finished = 0, n_prompt_fed = 0, n_sampled = 0;
+  uint64_t n_verifies = 0, n_drafted = 0, n_accepted = 0;
   auto finish = [&](size_t i, SeqEvent e) {
+    e.n_drafted = slots[i]->n_drafted;
+    e.n_draft_accepted = slots[i]->n_draft_accepted;
     retire(*slots[i]);
     slots[i]->handle->push(std::move(e));
     slots[i].reset();
@@ -392,10 +418,12 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
                            slots[i]->n_generated));
   std::erase(slots, nullptr);
 
-  // 2. The batch: every decoding sequence's pending id, then prompt pieces under the budget.
+  // 2. The batch: every decoding sequence's pending id (with its drafts when it speculates),
+  // then prompt pieces under the budget.
   // A piece starts at a multiple of prefill_chunk from the prompt start and is cut by
   // forward_batch into prefill_chunk pieces, exactly as a lone prefill of the prompt is.
   const int64_t chunk = model_.options().prefill_chunk;
+  const int64_t V = model_.config().vocab_size;
   int64_t budget = opt_.step_tokens;
   std::vector<BatchEntry> batch;
   std::vector<size_t> who;
@@ -403,9 +431,20 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   for (size_t i = 0; i < slots.size(); ++i) {
     Slot& s = *slots[i];
     if (!s.decoding()) continue;
-    batch.push_back({&s.seq, std::span<const int32_t>(&s.pending, 1), BatchLogits::Last});
+    s.draft = {};
+    if (s.drafter && s.forced_pos >= s.req.forced_ids.size()) propose_drafts(s);
+    if (s.draft.ids.empty()) {
+      batch.push_back({&s.seq, std::span<const int32_t>(&s.pending, 1), BatchLogits::Last});
+    } else {
+      s.window.assign(1, s.pending);
+      s.window.insert(s.window.end(), s.draft.ids.begin(), s.draft.ids.end());
+      BatchEntry e{&s.seq, s.window, BatchLogits::All};
+      e.per_token = true;  // decode form: rows and states bit-identical to one-token steps
+      e.kda_steps = &s.kda_steps;
+      batch.push_back(e);
+    }
     who.push_back(i);
-    --budget;
+    budget -= static_cast<int64_t>(batch.back().tokens.size());
   }
   for (size_t i = 0; i < slots.size(); ++i) {
     Slot& s = *slots[i];
@@ -466,48 +505,117 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
       }
     }
     if (logits[b].empty()) continue;
-    const int64_t V = model_.config().vocab_size;
     const int64_t nv = s.req.n_vocab > 0 ? s.req.n_vocab : V;
-    const std::span<const float> row(logits[b].data(), static_cast<size_t>(nv));
-    SeqEvent e;
+    const int64_t n_prompt = static_cast<int64_t>(s.req.prompt.size());
+    auto is_stop = [&](int32_t id) {
+      return std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), id) != s.req.stop_ids.end();
+    };
+    // The emitted ids and the logits row each was chosen from.
+    const int64_t nd = static_cast<int64_t>(s.draft.ids.size());
+    const int64_t n_after = s.seq.n_past();  // ids the state holds after the forward
+    std::vector<int32_t> ids;
+    std::vector<std::span<const float>> rows;
+    for (int64_t r = 0; r <= nd; ++r)
+      rows.emplace_back(logits[b].data() + r * V, static_cast<size_t>(nv));
     try {
-      e.id = s.forced_pos < s.req.forced_ids.size() ? s.req.forced_ids[s.forced_pos++] : s.sampler.sample(row);
-      if (s.req.top_logprobs >= 0) fill_logprobs(row, e.id, s.req.top_logprobs, e);
+      if (nd > 0) {
+        ids = accept_drafts(s.sampler, rows, s.draft, is_stop);  // gives every id to sampler.accept
+      } else {
+        ids.push_back(s.forced_pos < s.req.forced_ids.size() ? s.req.forced_ids[s.forced_pos++]
+                                                             : s.sampler.sample(rows[0]));
+        s.sampler.accept(ids[0]);
+      }
     } catch (const std::exception& ex) {  // e.g. no finite logit
+      if (nd > 0) s.seq.impl->failed = true;  // holds unverified drafts: not kept
       SeqEvent d = done_event(FinishReason::Error, opt_, static_cast<int64_t>(s.prefilled), s.n_generated);
       d.error = ex.what();
       finish(who[b], std::move(d));
       continue;
     }
-    s.sampler.accept(e.id);
-    s.out.push_back(e.id);
-    ++s.n_generated;
-    ++n_sampled;
-    e.time = std::chrono::steady_clock::now();
-    const int64_t n_prompt = static_cast<int64_t>(s.req.prompt.size());
-    if (std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), e.id) != s.req.stop_ids.end()) {
-      SeqEvent d = done_event(FinishReason::Stop, opt_, n_prompt, s.n_generated);
-      d.stop_id = e.id;
-      d.logprob = e.logprob;
-      d.top = std::move(e.top);
-      finish(who[b], std::move(d));
-      continue;
+    // Stream the ids in order with plain decoding's checks: a stop id, max_tokens or the
+    // context ends the sequence there and the rest of the run is discarded. Emitting ids[m]
+    // means the state holds the window's first m + 1 ids (`keep`): n_after - nd + m ids.
+    std::optional<SeqEvent> end;
+    int64_t keep = 0;
+    for (size_t m = 0; m < ids.size() && !end; ++m) {
+      keep = static_cast<int64_t>(m) + 1;
+      SeqEvent e;
+      e.id = ids[m];
+      if (s.req.top_logprobs >= 0) fill_logprobs(rows[m], e.id, s.req.top_logprobs, e);
+      s.out.push_back(e.id);
+      ++s.n_generated;
+      ++n_sampled;
+      if (nd > 0 && static_cast<int64_t>(m) < nd && e.id == s.draft.ids[m] &&
+          (m + 1 < ids.size() || is_stop(e.id)))
+        ++s.n_draft_accepted, ++n_accepted;  // an accepted draft (the last id is the target's own, unless a stop)
+      e.time = std::chrono::steady_clock::now();
+      if (is_stop(e.id)) {
+        SeqEvent d = done_event(FinishReason::Stop, opt_, n_prompt, s.n_generated);
+        d.stop_id = e.id;
+        d.logprob = e.logprob;
+        d.top = std::move(e.top);
+        end = std::move(d);
+        break;
+      }
+      const int32_t id = e.id;
+      s.handle->push(std::move(e));
+      // generate()'s order: the id is streamed, then the context and the length limits end it.
+      if (s.n_generated >= s.req.max_tokens || n_after - nd + static_cast<int64_t>(m) + 1 >= opt_.n_ctx) {
+        end = done_event(FinishReason::Length, opt_, n_prompt, s.n_generated);
+        break;
+      }
+      s.pending = id;
     }
-    const int32_t id = e.id;
-    s.handle->push(std::move(e));
-    // generate()'s order: the id is streamed, then the context and the length limits end it.
-    if (s.n_generated >= s.req.max_tokens || s.seq.n_past() + 1 >= opt_.n_ctx) {
-      finish(who[b], done_event(FinishReason::Length, opt_, n_prompt, s.n_generated));
-      continue;
+    if (nd > 0) {
+      ++n_verifies;
+      s.n_drafted += nd;
+      n_drafted += static_cast<uint64_t>(nd);
+      try {
+        if (keep < nd + 1) rollback_to_step(s.seq, s.kda_steps, nd + 1, keep);
+      } catch (const std::exception& ex) {  // an inconsistent step log (internal): end only this sequence
+        s.seq.impl->failed = true;          // its state is not kept
+        end = done_event(FinishReason::Error, opt_, n_prompt, s.n_generated);
+        end->error = std::string("speculative rollback: ") + ex.what();
+      }
     }
-    s.pending = id;
+    if (end) finish(who[b], std::move(*end));
   }
   std::erase(slots, nullptr);
   std::lock_guard<std::mutex> lk(mu_);
   stats_.finished_total += n_finished;
   stats_.prompt_tokens_total += n_prompt_fed;
   stats_.generated_tokens_total += n_sampled;
+  stats_.spec_verifies_total += n_verifies;
+  stats_.spec_drafted_total += n_drafted;
+  stats_.spec_accepted_total += n_accepted;
   ++stats_.steps_total;
+}
+
+void Scheduler::propose_drafts(Slot& s) {
+  const Options::Speculation& sp = *opt_.speculation;
+  const int64_t n_past0 = s.seq.n_past();
+  // Caps (as Speculator::decode): the emitted ids (<= k + 1) stay within max_tokens, the fed
+  // window within the context and one decode-form piece.
+  const int64_t k = std::min<int64_t>({sp.spec.draft_max, s.req.max_tokens - s.n_generated - 1,
+                                       opt_.n_ctx - 2 - n_past0, model_.options().prefill_chunk - 1});
+  if (k < std::max<int64_t>(1, sp.spec.draft_min)) return;
+  // The drafter's context: every id the state holds, then the pending id (the last of out).
+  std::vector<int32_t> ctx(s.req.prompt.begin(), s.req.prompt.end());
+  ctx.insert(ctx.end(), s.out.begin(), s.out.end());
+  try {
+    s.draft = s.drafter->propose(ctx, k);
+  } catch (const std::exception&) {  // e.g. the draft model's state failed: decode plainly from now on
+    s.drafter.reset();
+    s.draft = {};
+    return;
+  }
+  const int64_t nv = s.req.n_vocab > 0 ? s.req.n_vocab : model_.config().vocab_size;
+  size_t n = std::min(s.draft.ids.size(), static_cast<size_t>(k));
+  for (size_t j = 0; j < n; ++j)
+    if (s.draft.ids[j] < 0 || s.draft.ids[j] >= nv) n = j;  // a draft stops at an id outside the vocabulary
+  s.draft.ids.resize(n);
+  if (!s.draft.q.empty()) s.draft.q.resize(n);
+  if (static_cast<int64_t>(n) < sp.spec.draft_min) s.draft = {};
 }
 
 }  // namespace k3

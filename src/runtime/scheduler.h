@@ -5,7 +5,9 @@
 // engine thread repeats a step: every running sequence that is decoding contributes its pending
 // id, prefilling sequences contribute prompt pieces under a per-step token budget, and the whole
 // step is ONE Model::forward_batch call (each weight matrix read once for all rows). Then every
-// sequence that produced logits samples its next id and streams it to its handle.
+// sequence that produced logits samples its next id and streams it to its handle. With
+// Options::speculation, a decoding sequence may instead contribute a window [pending, drafts]
+// verified in the same forward and rolled back to the accepted ids (see Speculation).
 //
 // Batch invariance: a sequence's prompt is cut into the same pieces as a lone
 // Model::forward/prefill call cuts it (ModelOptions::prefill_chunk from the start of the prompt),
@@ -32,6 +34,7 @@
 #include "runtime/generator.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 
 namespace k3 {
 
@@ -48,6 +51,9 @@ struct SeqRequest {
   /// Test-only (`k3 serve --test-forced-output`): emit these ids in order instead of sampling
   /// (the forward still runs), then sample as usual. Stop ids among them end the sequence.
   std::vector<int32_t> forced_ids;
+  /// false: no speculative decoding for this request even when the scheduler has a drafter
+  /// (the request's `"speculative": false`). Output is the same either way for greedy.
+  bool speculative = true;
 };
 
 /// Why a sequence ended.
@@ -65,6 +71,8 @@ struct SeqEvent {
   std::string error;         ///< when finish == Error
   int64_t n_prompt = 0;      ///< on the last event: prompt ids prefilled
   int64_t n_generated = 0;   ///< on the last event: ids sampled (a final stop id included)
+  int64_t n_drafted = 0;     ///< on the last event: draft ids verified (speculative decoding)
+  int64_t n_draft_accepted = 0;  ///< on the last event: of those, accepted and emitted
   std::chrono::steady_clock::time_point time;  ///< when the engine produced the event
 };
 
@@ -103,6 +111,9 @@ struct SchedulerStats {
   uint64_t generated_tokens_total = 0;  ///< ids sampled
   uint64_t steps_total = 0;         ///< forward_batch calls
   uint64_t finished_total = 0;      ///< sequences ended (any reason)
+  uint64_t spec_verifies_total = 0; ///< speculative verify entries (a window of >= 1 draft id)
+  uint64_t spec_drafted_total = 0;  ///< draft ids verified
+  uint64_t spec_accepted_total = 0; ///< draft ids accepted (emitted)
 };
 
 /// Thrown by submit() when the queue is full (the server answers 429).
@@ -128,6 +139,25 @@ class Scheduler {
     /// those ids, and saved / restored by save_slot() / restore_slot(). Costs up to one more
     /// sequence state per slot (counted in stats().state_bytes).
     bool keep_slot_states = false;
+    /// Speculative decoding (runtime/speculative.h) for every decoding slot: make_drafter is
+    /// called once per admitted request (on the engine thread) and returns that sequence's
+    /// drafter (prompt lookup, or a draft model with its own state), or null for none. Each
+    /// step, a slot whose drafter proposes >= max(1, spec.draft_min) ids (at most
+    /// spec.draft_max, capped by max_tokens, the context and prefill_chunk - 1) feeds
+    /// [pending id, d_1 .. d_k] as one decode-form entry (BatchEntry::per_token, bit-identical
+    /// rows to k + 1 one-token steps) of the same forward_batch as the other slots;
+    /// accept_drafts() with the slot's sampler picks the emitted ids, each streamed with plain
+    /// decoding's stop / max_tokens / context checks (the rest of the run is discarded), and
+    /// the state is rolled back to the emitted ids (model/sequence_rollback.h). Greedy output is
+    /// identical to no speculation; with temperature > 0 the distribution is (not the draws).
+    struct Speculation {
+      SpecOptions spec;
+      std::function<std::unique_ptr<Drafter>(const SeqRequest&)> make_drafter;
+      /// Bytes one drafter holds at most at n_ctx tokens (a draft model's sequence state and
+      /// its rollback snapshots; 0 for prompt lookup), for slot_bytes().
+      uint64_t drafter_bytes = 0;
+    };
+    std::optional<Speculation> speculation = std::nullopt;
   };
 
   /// What save_slot() / restore_slot() / erase_slot() did.
@@ -169,7 +199,9 @@ class Scheduler {
   SlotFileResult erase_slot(int64_t id);
   /// Per slot: running or not and the tokens of its kept state (for GET /slots).
   std::vector<std::pair<bool, int64_t>> slot_summary() const;
-  /// Upper bound of the state bytes of one sequence at n_ctx tokens (KDA + conv + MLA cache).
+  /// Upper bound of the state bytes of one sequence at n_ctx tokens (KDA + conv + MLA cache),
+  /// plus, with speculation, the per-token KDA records of one verify window
+  /// (n_kda_layers x (draft_max + 1) x (S + conv) fp32) and Speculation::drafter_bytes.
   uint64_t slot_bytes() const;
 
  private:
@@ -182,6 +214,8 @@ class Scheduler {
   /// Ends every queued request whose handle was cancelled (caller holds mu_).
   void drop_cancelled_locked();
   void step(std::vector<std::unique_ptr<Slot>>& slots);
+  /// Fills s.draft with this step's drafts (none when the caps or --draft-min leave no room).
+  void propose_drafts(Slot& s);
   /// A sequence ends: its slot id is free again, and its state is kept (keep_slot_states).
   void retire(Slot& s);
   struct Kept {

@@ -45,6 +45,9 @@ class Drafter {
   /// The next context does not extend the last one (a new sequence): drop any state.
   virtual void reset() {}
   virtual std::string name() const = 0;
+  /// Bytes of state the drafter holds now (a draft model's sequence state and snapshots), for
+  /// the scheduler's memory report; 0 for a drafter without state.
+  virtual uint64_t bytes() const { return 0; }
 };
 
 struct SpecOptions {

@@ -18,12 +18,6 @@ void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x,
 
 namespace {
 
-// AVX-512 prefill rounds activations to bf16 only when K3_BF16_DOT=1 (avx512/gemm_bf16.cpp).
-bool bf16_dot_on() {
-  const char* v = std::getenv("K3_BF16_DOT");
-  return v != nullptr && std::string(v) == "1";
-}
-
 using namespace k3test;
 
 k3::TensorView view_bf16(const std::vector<uint16_t>& w, int64_t rows, int64_t cols) {
@@ -70,7 +64,7 @@ TEST(GemmBf16, EveryIsaMatchesOracleOnAwkwardShapes) {
       kt.gemm_bf16(w.data(), cols, cols, x.data(), cols, t, y.data(), rows, 0, mid);
       kt.gemm_bf16(w.data(), cols, cols, x.data(), cols, t, y.data(), rows, mid, rows);
       // AVX-512 prefill (T >= 4) rounds the activations to bf16 for vdpbf16ps (gemm_bf16.cpp)
-      const double tol = (isa == k3::Isa::Avx512 && bf16_dot_on()) ? Tol::kGemmBf16DotBf16 : Tol::kGemmBf16;
+      const double tol = Tol::kGemmBf16;
       expect_close_gemm(w, x, rows, cols, t, y, kt.isa_name, tol);
     }
   }
@@ -108,7 +102,7 @@ TEST(GemmBf16, PrefillPathsEdgeCases) {
                   << kt.isa_name << " K=" << k << " T=" << t << " wrote row " << r << " outside ["
                   << splits[s] << ", " << splits[s + 1] << ")";
         }
-        const double tol = (isa == k3::Isa::Avx512 && bf16_dot_on()) ? Tol::kGemmBf16DotBf16 : Tol::kGemmBf16;
+        const double tol = Tol::kGemmBf16;
         const std::string what = std::string(kt.isa_name) + " K=" + std::to_string(k) + " T=" + std::to_string(t);
         expect_close_gemm(w, x, rows, k, t, y, what.c_str(), tol);
         if (k == 0) {
@@ -142,7 +136,7 @@ TEST(GemmBf16, StridedRowsAndOpsThreadsAreDeterministic) {
   k3::set_num_threads(saved);
   EXPECT_EQ(y1, y2);  // each row is computed by one thread with the same code: bitwise equal
   expect_close_gemm(packed, x, rows, cols, t, y1, "ops",
-                    k3::active_isa() == k3::Isa::Avx512 && bf16_dot_on() ? Tol::kGemmBf16DotBf16 : Tol::kGemmBf16);
+                    Tol::kGemmBf16);
 }
 
 TEST(GemmBf16, OpsRejectBadWeights) {

@@ -5,8 +5,13 @@
 // experts, vocab 163840) at the same effective bandwidth (algorithms.md §8: decode is bound by
 // weight bytes / bandwidth).
 //
-//   k3 bench -m DIR [-t N] [-p 512] [-n 128] [-r 5] [--json] [--probe-mb 1024]
-//            [--stream-experts | --expert-cache-gb X] [--io-threads 16]
+//   k3 bench -m DIR [-t N] [-p 512] [-n 128] [-r 5] [--json] [--probe-mb 1024] [--profile]
+//            [--pin] [--stream-experts | --expert-cache-gb X] [--io-threads 16]
+// The yardstick (issue 14): after each timed decode run, one pass of the read probe over the
+// checkpoint's own mapped weights (the very pages decode reads, same threads); "% of probe" is
+// the median over runs of decode GB/s / that pass's GB/s, so a machine that slows down between
+// runs moves both alike. Anonymous-buffer probes (4 KiB and 2 MiB pages) are printed beside it.
+// --profile adds one decode run with per-op timers (kernels/op_profile.h): ms and GB/s per op.
 // (streamed experts: the ExpertStore's hit rate and bytes read are printed on stderr; the
 // drive-bound larger-than-RAM benchmark is bench/expert_stream.cpp)
 //
@@ -23,9 +28,11 @@
 #include "command.h"
 #include "core/error.h"
 #include "flag_checks.h"
+#include "numerics_flag.h"
 #include "io/checkpoint.h"
 #include "io/expert_store.h"
 #include "kernels/dispatch.h"
+#include "kernels/op_profile.h"
 #include "kernels/ops.h"
 #include "kernels/read_bandwidth.h"
 #include "kernels/threads.h"
@@ -40,6 +47,9 @@ struct Options {
   std::string model;
   int threads = 0, prompt = 512, gen = 128, reps = 5, probe_mb = 1024;
   bool json = false;
+  k3cli::NumericsFlag numerics;  ///< default k3::default_numerics()
+  bool profile = false;  ///< one more decode run with per-op timers (kernels/op_profile.h)
+  bool pin = false;      ///< probes with workers pinned to one CPU each
   bool stream_experts = false;  ///< experts read from the shards (issue 13, io/expert_store.h)
   double expert_cache_gb = 0;
   int io_threads = 16;
@@ -94,6 +104,34 @@ double decode_bytes_formula(const k3::ModelConfig& c, int n_kda, int n_mla, int 
          (n_kda + n_mla) * per_layer + globals;
 }
 
+/// The mapped bytes of every text tensor but the embedding (read as a row per token, not as a
+/// stream), in checkpoint order: the memory decode streams, for the weights probe. With
+/// streamed experts the routed experts are not mapped and are left out.
+std::vector<k3::MemRegion> weight_regions(const k3::Checkpoint& ck, bool skip_experts) {
+  std::vector<k3::MemRegion> r;
+  for (const k3::TensorView& t : ck.tensors()) {
+    if (t.name.rfind("language_model.", 0) != 0 || t.name.find("embed_tokens") != std::string::npos) continue;
+    if (skip_experts && t.name.find(".experts.") != std::string::npos) continue;
+    if (t.data != nullptr && t.nbytes > 0) r.push_back({t.data, t.nbytes});
+  }
+  return r;
+}
+
+nlohmann::json probe_json(const k3::ReadBandwidth& b) {
+  return {{"median_gbs", b.median_gbs}, {"best_gbs", b.best_gbs}, {"worst_gbs", b.worst_gbs},
+          {"spread", b.spread}, {"cpu_share", b.cpu_share}, {"timed_page_faults", b.timed_page_faults},
+          {"bytes", b.bytes}, {"threads", b.threads}, {"huge_pages", b.huge_pages},
+          {"pinned", b.pinned}, {"runs_gbs", b.run_gbs}};
+}
+
+std::string probe_line(const k3::ReadBandwidth& b) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%.2f GB/s median of %zu (%.2f..%.2f, spread %.0f%%), CPU share %.2f, %lld page faults",
+                b.median_gbs, b.run_gbs.size(), b.worst_gbs, b.best_gbs, 100 * b.spread, b.cpu_share,
+                static_cast<long long>(b.timed_page_faults));
+  return buf;
+}
+
 /// Touches every page of every tensor (parallel) so timed runs read RAM, not the disk; with
 /// streamed experts, every tensor but the routed experts.
 void page_in(const k3::Checkpoint& ck, bool skip_experts) {
@@ -110,6 +148,7 @@ void page_in(const k3::Checkpoint& ck, bool skip_experts) {
 void run(const Options& o) {
   if (o.threads > 0) k3::set_num_threads(o.threads);
   const int nt = k3::num_threads();
+  const k3::Numerics numerics = o.numerics.apply(k3::default_numerics());
   auto ck = k3::Checkpoint::open(o.model);
   k3::ModelOptions mo;
   std::shared_ptr<k3::ExpertStore> store;
@@ -164,9 +203,12 @@ void run(const Options& o) {
                       std::to_string(bad) + " = " + std::to_string(logits[static_cast<size_t>(bad)]) + "; " +
                       k3::locate_nonfinite(model, prompt));
   }
-  // decode: n single-token steps from an empty state (llama-bench tg)
-  std::vector<double> tg;
-  for (int r = 0; r <= o.reps; ++r) {  // r == 0 is the warm-up
+  // decode: n single-token steps from an empty state (llama-bench tg), each timed run followed by
+  // one pass of the weights probe (the first pass after the warm-up run is untimed)
+  const double bytes_tok = decode_bytes_from_checkpoint(*ck);
+  const std::vector<k3::MemRegion> regions = weight_regions(*ck, o.stream_experts);
+  std::vector<double> tg, wprobe, ratio;
+  auto decode_run = [&] {
     auto s = model.new_sequence();
     int32_t tok = next_id();
     const auto t0 = Clock::now();
@@ -175,11 +217,37 @@ void run(const Options& o) {
       last = model.forward(s, std::span<const int32_t>(&tok, 1), false);
       tok = next_id();
     }
-    if (r > 0) tg.push_back(seconds_since(t0));
+    const double t = seconds_since(t0);
     if (k3::first_nonfinite(last) >= 0)
       throw k3::Error("bench: the logits of decode step " + std::to_string(o.gen) + " are not finite");
+    return t;
+  };
+  for (int r = 0; r <= o.reps; ++r) {  // r == 0 is the warm-up
+    const double t = decode_run();
+    const k3::ReadBandwidth p = k3::measure_region_read_bandwidth(regions, 1, r == 0, o.pin);
+    if (r == 0) continue;
+    tg.push_back(t);
+    wprobe.push_back(p.median_gbs);
+    ratio.push_back(bytes_tok * o.gen / t / 1e9 / p.median_gbs);
   }
-  const k3::ReadBandwidth bw = k3::measure_read_bandwidth(static_cast<uint64_t>(o.probe_mb) << 20, 7);
+  // per-op breakdown: one more decode run with the timers on (the timed runs above ran without)
+  double prof_s = 0;
+  std::vector<k3::prof::OpStat> ops;
+  if (o.profile) {
+    k3::prof::reset();
+    k3::prof::set_enabled(true);
+    prof_s = decode_run();
+    k3::prof::set_enabled(false);
+    ops = k3::prof::snapshot();
+  }
+  // the weights probe once more with its own passes (spread, CPU share), then buffer probes
+  const k3::ReadBandwidth wbw = k3::measure_region_read_bandwidth(regions, 5, false, o.pin);
+  k3::ReadProbeOptions po;
+  po.bytes = static_cast<uint64_t>(o.probe_mb) << 20;
+  po.pin_threads = o.pin;
+  const k3::ReadBandwidth bw = k3::measure_read_bandwidth(po);
+  po.huge_pages = true;
+  const k3::ReadBandwidth bw_huge = k3::measure_read_bandwidth(po);
   if (store) {  // counters over the whole run (warm-up, prefill, decode)
     const auto st = store->stats();
     const double n = static_cast<double>(st.hits + st.misses);
@@ -189,19 +257,21 @@ void run(const Options& o) {
   }
 
   const char* kernels = model.options().kernels == k3::ModelKernels::Reference ? "ref" : "fast";
-  const char* mxfp4 = model.options().mxfp4 == k3::Mxfp4Path::ExactF32 ? "exact" : "int8";
+  const std::string mxfp4 = std::string(k3::mxfp4_path_name(*model.options().mxfp4)) + ", numerics " +
+                            k3::numerics_name(numerics);
   const double pp_s = median(pp), tg_s = median(tg);
   const double pp_tps = o.prompt / pp_s, tg_tps = o.gen / tg_s;
-  const double bytes_tok = decode_bytes_from_checkpoint(*ck);
   const double bytes_formula = decode_bytes_formula(c, c.n_kda_layers(), c.n_mla_layers(),
                                                     c.num_hidden_layers - c.n_moe_layers(),
                                                     c.n_moe_layers(), c.num_experts, c.vocab_size);
   const double gbs = bytes_tok * tg_tps / 1e9;
-  const double frac = gbs / bw.median_gbs;
+  const double frac = median(ratio);         // of the weights probe, pass by pass
+  const double frac_buf = gbs / bw.median_gbs;  // of the 4 KiB-page buffer probe
   // full K3: 69 KDA + 24 MLA layers, layer 0 dense, 92 MoE layers of 896 experts, vocab 163840
   const double bytes_k3 = decode_bytes_formula(c, 69, 24, 1, 92, 896, 163840);
   const double k3_tps = gbs * 1e9 / bytes_k3;
-  const double k3_tps_probe = bw.median_gbs * 1e9 / bytes_k3;
+  const double probe_gbs = median(wprobe);
+  const double k3_tps_probe = probe_gbs * 1e9 / bytes_k3;
 
   if (o.json) {
     nlohmann::json j = {
@@ -212,13 +282,22 @@ void run(const Options& o) {
         {"decode_weight_bytes_per_token", bytes_tok},
         {"decode_weight_bytes_per_token_formula", bytes_formula},
         {"decode_read_gbs", gbs},
-        {"probe", {{"median_gbs", bw.median_gbs}, {"best_gbs", bw.best_gbs}, {"runs_gbs", bw.run_gbs},
-                   {"bytes", bw.bytes}}},
+        {"probe", probe_json(bw)},
+        {"probe_huge_pages", probe_json(bw_huge)},
+        {"probe_weights", probe_json(wbw)},
+        {"probe_weights_after_each_run_gbs", wprobe},
         {"fraction_of_probe", frac},
+        {"fraction_of_buffer_probe", frac_buf},
         {"prefill_vs_decode_per_token", pp_tps / tg_tps},
         {"k3_full", {{"decode_weight_bytes_per_token", bytes_k3}, {"tokens_per_s_at_measured_gbs", k3_tps},
                      {"tokens_per_s_at_probe_gbs", k3_tps_probe}}},
         {"page_in_s", t_page}};
+    if (o.profile) {
+      nlohmann::json a = nlohmann::json::array();
+      for (const auto& s : ops)
+        a.push_back({{"op", s.name}, {"calls", s.calls}, {"seconds", s.seconds}, {"bytes", s.bytes}});
+      j["decode_profile"] = {{"n_gen", o.gen}, {"seconds", prof_s}, {"ops", a}};
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
@@ -226,13 +305,19 @@ void run(const Options& o) {
               o.model.c_str(), c.num_hidden_layers, c.n_kda_layers(), c.n_mla_layers(),
               c.n_moe_layers(), c.num_experts, c.num_experts_per_token, c.vocab_size);
   std::printf("kernels %s, ISA %s, MXFP4 %s, %d threads; page-in %.1f s; medians of %d runs\n\n",
-              kernels, k3::isa_name(k3::active_isa()), mxfp4, nt, t_page, o.reps);
+              kernels, k3::isa_name(k3::active_isa()), mxfp4.c_str(), nt, t_page, o.reps);
   std::printf("| test | t/s | ms/token | weight GB/token | read GB/s | %% of probe |\n|---|---|---|---|---|---|\n");
   std::printf("| pp%d | %.2f | %.2f | | | |\n", o.prompt, pp_tps, 1e3 / pp_tps);
   std::printf("| tg%d | %.3f | %.1f | %.3f | %.2f | %.0f%% |\n\n", o.gen, tg_tps, 1e3 / tg_tps,
               bytes_tok / 1e9, gbs, 100 * frac);
-  std::printf("read probe: %.2f GB/s median (best %.2f), %d threads, %.0f MiB\n", bw.median_gbs,
-              bw.best_gbs, bw.threads, bw.bytes / 1048576.0);
+  std::printf("%% of probe: decode GB/s over the weights-probe pass right after each run, median of %d runs\n",
+              o.reps);
+  std::printf("read probes (%d threads%s):\n", bw.threads, bw.pinned ? ", pinned" : "");
+  std::printf("  weights (the mapped checkpoint, %.2f GB, as decode reads it): %.2f GB/s median of the passes "
+              "after each run; alone: %s\n", wbw.bytes / 1e9, probe_gbs, probe_line(wbw).c_str());
+  std::printf("  buffer %.0f MiB, 4 KiB pages: %s (decode: %.0f%% of it)\n", bw.bytes / 1048576.0,
+              probe_line(bw).c_str(), 100 * frac_buf);
+  std::printf("  buffer %.0f MiB, 2 MiB pages: %s\n", bw_huge.bytes / 1048576.0, probe_line(bw_huge).c_str());
   std::printf("decode weight bytes/token: %.3f GB from the checkpoint, %.3f GB from the widths\n",
               bytes_tok / 1e9, bytes_formula / 1e9);
   std::printf("prefill per token is %.1fx faster than decode per token\n", pp_tps / tg_tps);
@@ -243,9 +328,23 @@ void run(const Options& o) {
   std::printf("%s (%.1f GB of weights per decoded token): %.3f t/s at the measured %.2f GB/s, "
               "%.3f t/s at the probe's %.2f GB/s%s\n",
               k3_widths ? "full K3" : "this model's widths at K3's depth (93 layers, 896 experts)",
-              bytes_k3 / 1e9, k3_tps, gbs, k3_tps_probe, bw.median_gbs,
+              bytes_k3 / 1e9, k3_tps, gbs, k3_tps_probe, probe_gbs,
               k3_widths ? " (needs the 1.56 TB model in RAM)"
                         : "; not the full-K3 figure: widths differ from K3's");
+  if (!o.profile) return;
+  std::printf("\ndecode per op (one more tg%d run with timers, %.1f ms/token; wall time outside "
+              "parallel regions; GB/s = weight bytes / time):\n\n| op | calls/token | ms/token | MB/token | GB/s | %% of decode |\n|---|---|---|---|---|---|\n",
+              o.gen, 1e3 * prof_s / o.gen);
+  double timed = 0;
+  for (const auto& s : ops) {
+    timed += s.seconds;
+    char gb[32] = "";
+    if (s.bytes > 0 && s.seconds > 0) std::snprintf(gb, sizeof gb, "%.1f", s.bytes / s.seconds / 1e9);
+    std::printf("| %s | %.0f | %.2f | %.1f | %s | %.1f%% |\n", s.name.c_str(), static_cast<double>(s.calls) / o.gen,
+                1e3 * s.seconds / o.gen, s.bytes / 1e6 / o.gen, gb, 100 * s.seconds / prof_s);
+  }
+  std::printf("| (rest: norms, attention core, routing, glue) | | %.2f | | | %.1f%% |\n",
+              1e3 * (prof_s - timed) / o.gen, 100 * (prof_s - timed) / prof_s);
 }
 
 const k3cli::Registrar kReg(
@@ -264,6 +363,9 @@ const k3cli::Registrar kReg(
       sub->add_option("--probe-mb", o->probe_mb, "read-bandwidth probe buffer in MiB")
           ->capture_default_str()->check(k3cli::IntRange(1, 1 << 20));
       sub->add_flag("--json", o->json, "print JSON instead of tables");
+      o->numerics.add_to(sub);
+      sub->add_flag("--profile", o->profile, "one more decode run with per-op timers: ms/token and GB/s per op");
+      sub->add_flag("--pin", o->pin, "pin the read probes' workers to one CPU each");
       sub->add_flag("--stream-experts", o->stream_experts, "read routed experts from the shards on demand (issue 13)");
       sub->add_option_function<double>(
              "--expert-cache-gb",

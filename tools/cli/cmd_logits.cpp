@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "command.h"
+#include "numerics_flag.h"
 #include "core/error.h"
 #include "core/read_file.h"
 #include "flag_checks.h"
@@ -66,6 +67,7 @@ struct Options {
   int top_k = 5;
   int generate = 0;
   k3cli::InputLimit input_limit;
+  k3cli::NumericsFlag numerics;  ///< default exact (the 1e-5 contract)
 };
 
 // A .npy float32 [rows, cols] file written one row block at a time (the header first).
@@ -132,11 +134,10 @@ void run(const Options& o) {
   if (o.top_k < 1) throw k3::Error("--top-k: expected >= 1, found " + std::to_string(o.top_k));
   if (o.generate < 0) throw k3::Error("--generate: expected >= 0, found " + std::to_string(o.generate));
   auto ck = k3::Checkpoint::open(o.model);
-  // `k3 logits` is exact by default: the int8 expert activations of K3_MXFP4=int8 (the default of
-  // run / chat / serve) are a named shortcut (~2e-2 relative on K3-mini logits vs the fp64
-  // reference; exact: ~2e-7). K3_MXFP4=int8 still selects it here.
+  // `k3 logits` is exact by default (numerics 'exact': fp32 activations, the fp64 reference's
+  // 1e-5 contract); --numerics / K3_NUMERICS select another mode, K3_MXFP4 the expert path.
+  o.numerics.apply(k3::Numerics::Exact);
   k3::ModelOptions mo;
-  if (const char* mx = std::getenv("K3_MXFP4"); mx == nullptr || *mx == '\0') mo.mxfp4 = k3::Mxfp4Path::ExactF32;
   k3::Model model(*ck, mo);
   const int64_t V = model.config().vocab_size, T = static_cast<int64_t>(ids.size());
   for (int64_t t = 0; t < T; ++t)
@@ -233,6 +234,7 @@ const k3cli::Registrar kReg(
                       "also print a greedy continuation of N tokens (prefill + decode steps)")
           ->check(k3cli::IntRange(0, INT32_MAX));
       o->input_limit.add_to(sub);
+      o->numerics.add_to(sub);
       sub->callback([o] { run(*o); });
     });
 

@@ -31,6 +31,7 @@ struct PplOptions {
   int threads = 0;
   bool json = false;
   k3cli::InputLimit input_limit;
+  k3cli::NumericsFlag numerics;  ///< default k3::default_numerics()
 };
 
 
@@ -68,6 +69,7 @@ void run(const PplOptions& o) {
   const std::string text = k3::read_file_bounded(o.file, "-f/--file", o.input_limit.limits());
   k3cli::check_utf8(text, false, "-f/--file '" + o.file + "'");
   k3cli::set_threads(o.threads);
+  o.numerics.apply(k3::default_numerics());
   k3::LoadedModel lm = k3::LoadedModel::open(o.model_dir);
   const std::vector<int32_t> tokens = lm.tokenizer->encode(text);
   const int64_t stride = o.stride == 0 ? o.n_ctx / 2 : o.stride;
@@ -133,6 +135,7 @@ k3cli::Registrar reg("perplexity", "Perplexity of a text file (sliding window, s
                        sub->add_option("-t,--threads", o->threads, "worker threads (0 = all hardware threads)")
                            ->capture_default_str()->check(k3cli::IntRange(0, 1 << 20));
                        o->input_limit.add_to(sub);
+                       o->numerics.add_to(sub);
                        sub->add_flag("--json", o->json, "print the result as one JSON object");
                        sub->callback([o] { run(*o); });
                      });

@@ -27,6 +27,7 @@
 #include "runtime/loaded_model.h"
 #include "runtime/scheduler.h"
 #include "serve_context.h"
+#include "spec_flags.h"
 
 namespace {
 
@@ -44,6 +45,7 @@ struct ServeOptions {
   bool test_forced_output = false;
   k3cli::CacheFlags cache;
   std::string slot_save_path;
+  k3cli::SpecFlags spec;  // speculative decoding in the scheduler (issue 12)
 };
 
 uint64_t physical_ram_bytes() {
@@ -164,7 +166,11 @@ void serve(const ServeOptions& o) {
       throw k3::Error("--slot-save-path: '" + o.slot_save_path + "' is not a directory and cannot be created");
     so.keep_slot_states = true;
   }
+  // Speculative decoding: one drafter per sequence; the draft model (if any) outlives the scheduler.
+  k3::LoadedModel draft;
+  so.speculation = o.spec.make_serve(lm, o.gen.model_options(), o.gen.n_ctx, draft);
   auto sched = std::make_unique<k3::Scheduler>(*lm.model, so);
+  std::fprintf(stderr, "k3 serve: speculative decoding: %s\n", o.spec.describe().c_str());
   if (cache)
     std::fprintf(stderr, "k3 serve: prefix cache: RAM %s, blocks of %lld tokens, a KDA snapshot (%s) every %lld blocks "
                          "and at each prompt's last block%s\n",
@@ -175,9 +181,13 @@ void serve(const ServeOptions& o) {
     std::fprintf(stderr, "k3 serve: prefix cache: off\n");
   const uint64_t slot = sched->slot_bytes(), total = slot * static_cast<uint64_t>(o.parallel);
   const uint64_t ram = physical_ram_bytes();
-  std::fprintf(stderr, "k3 serve: sequence state %s per slot x %lld slots = %s (context %lld tokens; RAM %s)\n",
+  std::fprintf(stderr, "k3 serve: sequence state %s per slot x %lld slots = %s (context %lld tokens%s; RAM %s)\n",
                mib(slot).c_str(), static_cast<long long>(o.parallel), mib(total).c_str(),
-               static_cast<long long>(o.gen.n_ctx), mib(ram).c_str());
+               static_cast<long long>(o.gen.n_ctx),
+               !so.speculation                ? ""
+               : so.speculation->drafter_bytes ? ", with the verify window's KDA records and the draft model's state"
+                                               : ", with the verify window's KDA records",
+               mib(ram).c_str());
   if (ram > 0 && static_cast<double>(slot) * static_cast<double>(o.parallel) > static_cast<double>(ram)) {
     sched.reset();
     http.stop();
@@ -268,6 +278,7 @@ k3cli::Registrar reg("serve", "OpenAI-compatible HTTP server (llama-server flags
                                      "testing only: accept \"k3_forced_output\" (text with K3 markers, or ids) in "
                                      "requests, emitted instead of sampled tokens");
                        o->cache.add_to(sub);
+                       o->spec.add_to(sub);
                        sub->add_option("--slot-save-path", o->slot_save_path,
                                        "directory for POST /slots/{id}?action=save|restore files (slots then keep "
                                        "their last sequence's state)");

@@ -15,6 +15,7 @@
 #include "flag_checks.h"
 #include "io/memory_plan.h"
 #include "kernels/threads.h"
+#include "numerics_flag.h"
 #include "runtime/loaded_model.h"
 #include "runtime/sampler.h"
 
@@ -44,6 +45,7 @@ inline std::string expert_stream_line(const k3::ExpertStore& s) {
 
 struct GenFlags {
   std::string model_dir;
+  NumericsFlag numerics;  ///< default: k3::default_numerics()
   int64_t n_predict = 128;
   int64_t n_ctx = 4096;
   int64_t n_batch = 512;
@@ -63,6 +65,7 @@ struct GenFlags {
 
   /// Model options of these flags (--trunk-type). Errors: k3::Error on an unknown trunk type.
   k3::ModelOptions model_options() const {
+    numerics.apply(k3::default_numerics());
     k3::ModelOptions mo;
     const auto t = k3::trunk_type_from_name(trunk_type);
     if (!t) throw k3::Error("--trunk-type: expected bf16, q8 or q4, found '" + trunk_type + "'");
@@ -162,6 +165,7 @@ struct GenFlags {
         ->check(CLI::Range(0.0, 1e7));
     sub->add_option("--trunk-type", trunk_type, "trunk weights in RAM: bf16 (as published), q8 or q4 (quantized at load)")
         ->capture_default_str()->check(CLI::IsMember({"bf16", "q8", "q4"}));
+    numerics.add_to(sub);
   }
 
   /// Final sampler parameters (draws the random seed when none was given) — validated.

@@ -1,11 +1,13 @@
-// Speculative-decoding flags of `k3 run` and `k3 chat` (llama.cpp's names): --draft-model DIR
+// Speculative-decoding flags of `k3 run`, `k3 chat` and `k3 serve` (llama.cpp's names): --draft-model DIR
 // --draft-max N, --draft-min N, --spec-type none|ngram-simple|draft,
-// --spec-ngram-size-n N; and the stats line. The decode loop: src/runtime/speculative.h.
+// --spec-ngram-size-n N; and the stats line. The decode loop: src/runtime/speculative.h (run, chat)
+// and the scheduler's Speculation (serve, src/runtime/scheduler.h).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -14,6 +16,7 @@
 #include "runtime/draft_model.h"
 #include "runtime/loaded_model.h"
 #include "runtime/ngram_drafter.h"
+#include "runtime/scheduler.h"
 #include "runtime/speculative.h"
 
 namespace k3cli {
@@ -45,22 +48,51 @@ struct SpecFlags {
   /// Errors: k3::Error naming the flag.
   std::unique_ptr<k3::Speculator> make(const k3::LoadedModel& target, const k3::SamplerParams& sp,
                                        const k3::ModelOptions& mo, k3::LoadedModel& draft) const {
-    const std::string type = !spec_type.empty() ? spec_type : draft_model.empty() ? "none" : "draft";
-    if (type != "draft" && !draft_model.empty())
-      throw k3::Error("--draft-model: given with --spec-type " + type + " (use --spec-type draft)");
+    const std::string type = resolved_type();
     if (type == "none") return nullptr;
-    k3::SpecOptions so{draft_max, draft_min};
-    so.validate();
+    const k3::SpecOptions so = options();
     if (type == "ngram-simple") return std::make_unique<k3::Speculator>(std::make_unique<k3::NgramDrafter>(ngram_n), so);
-    if (draft_model.empty()) throw k3::Error("--spec-type draft: needs --draft-model DIR");
-    draft = k3::LoadedModel::open(draft_model, mo);
-    k3::check_draft_compatible(target.model->config(), draft.model->config(), read_all(target, "target"),
-                               read_all(draft, "--draft-model"));
-    if (draft.tokenizer->vocab_size() != target.tokenizer->vocab_size())
-      throw k3::Error("--draft-model: its tokenizer has " + std::to_string(draft.tokenizer->vocab_size()) +
-                      " ids, the model's " + std::to_string(target.tokenizer->vocab_size()));
+    open_draft(target, mo, draft);
     return std::make_unique<k3::Speculator>(
         std::make_unique<k3::DraftModelDrafter>(*draft.model, sp, target.tokenizer->vocab_size()), so);
+  }
+
+  /// `k3 serve`: the scheduler's speculation these flags ask for, or nullopt (none): one
+  /// drafter per admitted request (prompt lookup, or --draft-model with the request's sampler
+  /// settings and its own sequence state). Opens --draft-model into `draft` (it must outlive
+  /// the scheduler). Errors: k3::Error naming the flag.
+  std::optional<k3::Scheduler::Options::Speculation> make_serve(const k3::LoadedModel& target,
+                                                                const k3::ModelOptions& mo, int64_t n_ctx,
+                                                                k3::LoadedModel& draft) const {
+    const std::string type = resolved_type();
+    if (type == "none") return std::nullopt;
+    k3::Scheduler::Options::Speculation s;
+    s.spec = options();
+    if (type == "ngram-simple") {
+      const int64_t n = ngram_n;
+      k3::NgramDrafter check(n);  // validates --spec-ngram-size-n now, not per request
+      s.make_drafter = [n](const k3::SeqRequest&) { return std::make_unique<k3::NgramDrafter>(n); };
+      return s;
+    }
+    open_draft(target, mo, draft);
+    const k3::Model* dm = draft.model.get();
+    const int64_t nv = target.tokenizer->vocab_size();
+    s.make_drafter = [dm, nv](const k3::SeqRequest& r) {
+      return std::make_unique<k3::DraftModelDrafter>(*dm, r.sampling, nv);
+    };
+    s.drafter_bytes = k3::DraftModelDrafter::max_bytes(dm->config(), n_ctx, draft_max);
+    return s;
+  }
+
+  /// "prompt lookup (--spec-ngram-size-n 3), --draft-max 4, --draft-min 0" for start-up lines.
+  std::string describe() const {
+    const std::string type = resolved_type();
+    std::string d = type == "ngram-simple" ? "prompt lookup (--spec-ngram-size-n " + std::to_string(ngram_n) + ")"
+                    : type == "draft"      ? "draft model " + draft_model
+                                           : "off";
+    if (type != "none")
+      d += ", --draft-max " + std::to_string(draft_max) + ", --draft-min " + std::to_string(draft_min);
+    return d;
   }
 
   /// "speculative (prompt lookup, --draft-max 8): accepted ..." for the stats on stderr.
@@ -70,6 +102,28 @@ struct SpecFlags {
   }
 
  private:
+  /// --spec-type, defaulted; errors for a --draft-model that the type does not use.
+  std::string resolved_type() const {
+    const std::string type = !spec_type.empty() ? spec_type : draft_model.empty() ? "none" : "draft";
+    if (type != "draft" && !draft_model.empty())
+      throw k3::Error("--draft-model: given with --spec-type " + type + " (use --spec-type draft)");
+    return type;
+  }
+  k3::SpecOptions options() const {
+    k3::SpecOptions so{draft_max, draft_min};
+    so.validate();
+    return so;
+  }
+  /// Opens --draft-model into `draft` and checks it against the target (vocab, tokenizer).
+  void open_draft(const k3::LoadedModel& target, const k3::ModelOptions& mo, k3::LoadedModel& draft) const {
+    if (draft_model.empty()) throw k3::Error("--spec-type draft: needs --draft-model DIR");
+    draft = k3::LoadedModel::open(draft_model, mo);
+    k3::check_draft_compatible(target.model->config(), draft.model->config(), read_all(target, "target"),
+                               read_all(draft, "--draft-model"));
+    if (draft.tokenizer->vocab_size() != target.tokenizer->vocab_size())
+      throw k3::Error("--draft-model: its tokenizer has " + std::to_string(draft.tokenizer->vocab_size()) +
+                      " ids, the model's " + std::to_string(target.tokenizer->vocab_size()));
+  }
   static std::string read_all(const k3::LoadedModel& lm, const std::string& what) {
     std::ifstream f(lm.checkpoint->dir() / "tiktoken.model", std::ios::binary);
     if (!f) throw k3::Error(what + ": cannot read " + (lm.checkpoint->dir() / "tiktoken.model").string());

@@ -44,7 +44,9 @@ bool run_stream(ChatStreamState& s, httplib::DataSink& sink) {
   if (r.finish == FinishReason::Error) {
     write(sse(error_body(ApiError(500, "generation failed: " + r.error))));
   } else {
-    write(sse(chat_chunk(s.meta, Json::object(), fr)));
+    Json last = chat_chunk(s.meta, Json::object(), fr);
+    add_draft_timings(ctx, r, last);
+    write(sse(last));
     if (s.include_usage)
       write(sse(usage_chunk(s.meta, "chat.completion.chunk", usage_json(r.n_prompt, r.n_generated, r.reasoning_tokens))));
   }
@@ -78,9 +80,10 @@ bool run_json(ChatStreamState& s, httplib::DataSink& sink) {
   } else {
     const std::string fr = finish_reason_of(r, !s.parser.tool_calls().empty());
     ctx.metrics->count_finish(fr);
-    const Json j = chat_completion(s.meta, chat_message(all.reasoning, all.content, s.parser.tool_calls()), fr,
-                                   s.want_logprobs ? logprobs_json(ctx, lps) : Json(),
-                                   usage_json(r.n_prompt, r.n_generated, r.reasoning_tokens));
+    Json j = chat_completion(s.meta, chat_message(all.reasoning, all.content, s.parser.tool_calls()), fr,
+                             s.want_logprobs ? logprobs_json(ctx, lps) : Json(),
+                             usage_json(r.n_prompt, r.n_generated, r.reasoning_tokens));
+    add_draft_timings(ctx, r, j);
     if (!out.write(j.dump(-1, ' ', false, Json::error_handler_t::replace))) return false;
   }
   out.done();

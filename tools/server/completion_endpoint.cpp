@@ -42,7 +42,9 @@ bool run_stream(CompletionStreamState& s, httplib::DataSink& sink) {
   if (r.finish == FinishReason::Error) {
     write(sse(error_body(ApiError(500, "generation failed: " + r.error))));
   } else {
-    write(sse(text_completion(s.meta, "", fr, Json(), Json())));
+    Json last = text_completion(s.meta, "", fr, Json(), Json());
+    add_draft_timings(ctx, r, last);
+    write(sse(last));
     if (s.include_usage) write(sse(usage_chunk(s.meta, "text_completion", usage_json(r.n_prompt, r.n_generated))));
   }
   write(sse_done());
@@ -85,10 +87,11 @@ bool run_json(CompletionJsonState& s, httplib::DataSink& sink) {
   } else {
     const std::string fr = finish_reason_of(r, false);
     ctx.metrics->count_finish(fr);
-    const Json j = text_completion(
+    Json j = text_completion(
         s.meta, s.echo_text + text, fr,
         s.want_logprobs ? completion_logprobs(*ctx.tok, lps, static_cast<int64_t>(s.echo_text.size())) : Json(),
         usage_json(r.n_prompt, r.n_generated));
+    add_draft_timings(ctx, r, j);
     if (!out.write(j.dump(-1, ' ', false, Json::error_handler_t::replace))) return false;
   }
   out.done();

@@ -37,6 +37,8 @@ GenerationResult drive_generation(const ServeContext& ctx, SeqHandle& h, OutputD
       r.error = e->error;
       r.n_prompt = e->n_prompt;
       r.n_generated = r.stop_string ? n_ids : std::max<int64_t>(e->n_generated, n_ids);
+      r.draft_n = e->n_drafted;
+      r.draft_n_accepted = e->n_draft_accepted;
       if (!first) ctx.metrics->observe_e2e(seconds(e->time - h.submitted()));
       break;
     }
@@ -75,6 +77,11 @@ GenerationResult drive_generation(const ServeContext& ctx, SeqHandle& h, OutputD
     if (!f.empty() && !emit(f, {})) r.client_gone = true;
   }
   return r;
+}
+
+void add_draft_timings(const ServeContext& ctx, const GenerationResult& r, Json& j) {
+  if (!ctx.scheduler || !ctx.scheduler->options().speculation) return;
+  j["timings"] = {{"draft_n", r.draft_n}, {"draft_n_accepted", r.draft_n_accepted}};
 }
 
 std::string finish_reason_of(const GenerationResult& r, bool has_tool_calls) {
@@ -116,6 +123,7 @@ SeqRequest make_seq_request(const ServeContext& ctx, std::vector<int32_t> prompt
   if (!g.ignore_eos) q.stop_ids = ctx.stop_ids;
   q.n_vocab = ctx.tok->vocab_size();
   q.top_logprobs = g.top_logprobs;
+  q.speculative = g.speculative;
   if (g.forced_output) {
     const auto& f = *g.forced_output;
     if (f.is_string()) {

@@ -26,7 +26,13 @@ struct GenerationResult {
   int64_t n_prompt = 0;
   int64_t n_generated = 0;   ///< ids generated (up to the stop-string match; a stop id included)
   int64_t reasoning_tokens = 0;
+  int64_t draft_n = 0;            ///< draft ids verified for this sequence (speculative decoding)
+  int64_t draft_n_accepted = 0;   ///< of those, accepted
 };
+
+/// With speculative decoding on (the scheduler has a drafter), adds llama-server's
+/// `"timings": {"draft_n": N, "draft_n_accepted": M}` to a final response object or chunk.
+void add_draft_timings(const ServeContext& ctx, const GenerationResult& r, Json& j);
 
 /// Receives each non-empty delta with the logprobs of the ids it came from; returns false when
 /// the client is gone.

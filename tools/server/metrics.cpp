@@ -82,6 +82,12 @@ std::string Metrics::render(const SchedulerStats& s, const std::string& model, c
   gauge("generation_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.generated_tokens_total));
   gauge("engine_steps_total", "counter", "Batched forward steps of the engine.", static_cast<double>(s.steps_total));
   gauge("sequences_finished_total", "counter", "Sequences ended (any reason).", static_cast<double>(s.finished_total));
+  gauge("spec_verifies_total", "counter", "Speculative verify windows (a pending id and >= 1 draft id).",
+        static_cast<double>(s.spec_verifies_total));
+  gauge("spec_drafted_total", "counter", "Draft ids verified by speculative decoding.",
+        static_cast<double>(s.spec_drafted_total));
+  gauge("spec_accepted_total", "counter", "Draft ids accepted by speculative decoding.",
+        static_cast<double>(s.spec_accepted_total));
   if (cache != nullptr) {  // vLLM's prefix_cache_queries / prefix_cache_hits count tokens
     const auto d = [](uint64_t v) { return static_cast<double>(v); };
     gauge("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", d(cache->tokens_looked_up));

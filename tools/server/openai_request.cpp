@@ -86,6 +86,7 @@ GenerationFields parse_generation(const OJ& body, const RequestDefaults& d) {
   }
   g.stream = get_bool(body, "stream").value_or(false);
   g.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
+  g.speculative = get_bool(body, "speculative").value_or(true);
   if (const OJ* so = field(body, "stream_options")) {
     if (!so->is_object()) throw bad_request("stream_options", "stream_options: expected an object, found " + shown(*so));
     if (auto it = so->find("include_usage"); it != so->end() && !it->is_null()) {

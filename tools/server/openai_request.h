@@ -30,6 +30,8 @@ struct GenerationFields {
   bool include_usage = false;         ///< stream_options.include_usage
   bool ignore_eos = false;            ///< "ignore_eos" (vLLM / llama-server extension, for benchmarks):
                                       ///< stop ids do not end the sequence; max_tokens does
+  bool speculative = true;            ///< "speculative": false opts out of the server's speculative
+                                      ///< decoding (k3 extension; greedy output is the same either way)
   std::optional<int64_t> max_tokens;  ///< max_tokens / max_completion_tokens, >= 1
   SamplerParams sampling;             ///< defaults overridden by the request; seed resolved
   std::vector<std::string> stop;      ///< text stop strings (non-empty strings)

@@ -331,6 +331,132 @@ void gemm_bf16_panel(const uint16_t* w, int64_t ldw, int64_t k, const float* x, 
   }
 }
 
+// ---------------------------------------------------------------- pair-chain GEMMs (bf16 / mxfp8)
+// The 'bf16' and 'mxfp8' numerics modes on AVX2 (no bf16 dot instruction): the same packed
+// panels as above, and per output the pair chain of kernel_table.h gemm_bf16_dp in fp32 FMA
+// (w[2p+1]·x[2p+1] then w[2p]·x[2p]; the products are exact, so an FMA rounds like vdpbf16ps's
+// add). Each K block continues from the stored Y: one chain per output over all of K.
+
+namespace {
+
+alignas(32) thread_local uint16_t g_dec[kP * kKc];  // MXFP4 rows decoded to bf16 (one panel)
+
+template <int N>
+void dp_micro(const float* buf, int64_t kn, const uint16_t* xb, int64_t ldxb, float* y, int64_t ldy,
+              bool from_y, int rn) {
+  __m256 l[N], h[N];
+  for (int n = 0; n < N; ++n) {
+    if (from_y) {
+      load_y(y + n * ldy, rn, l[n], h[n]);
+    } else {
+      l[n] = _mm256_setzero_ps();
+      h[n] = _mm256_setzero_ps();
+    }
+  }
+  int64_t k = 0;
+  for (; k + 1 < kn; k += 2) {
+    const __m256 wo0 = _mm256_load_ps(buf + (k + 1) * kP), wo1 = _mm256_load_ps(buf + (k + 1) * kP + 8);
+    const __m256 we0 = _mm256_load_ps(buf + k * kP), we1 = _mm256_load_ps(buf + k * kP + 8);
+    for (int n = 0; n < N; ++n) {
+      const __m256 xo = _mm256_set1_ps(bf16_scalar(xb + n * ldxb + k + 1));
+      const __m256 xe = _mm256_set1_ps(bf16_scalar(xb + n * ldxb + k));
+      l[n] = _mm256_fmadd_ps(wo0, xo, l[n]);
+      h[n] = _mm256_fmadd_ps(wo1, xo, h[n]);
+      l[n] = _mm256_fmadd_ps(we0, xe, l[n]);
+      h[n] = _mm256_fmadd_ps(we1, xe, h[n]);
+    }
+  }
+  if (k < kn) {  // odd K: the missing odd element adds 0·0, then the even one
+    const __m256 we0 = _mm256_load_ps(buf + k * kP), we1 = _mm256_load_ps(buf + k * kP + 8);
+    for (int n = 0; n < N; ++n) {
+      const __m256 xe = _mm256_set1_ps(bf16_scalar(xb + n * ldxb + k));
+      l[n] = _mm256_fmadd_ps(we0, xe, _mm256_add_ps(l[n], _mm256_setzero_ps()));
+      h[n] = _mm256_fmadd_ps(we1, xe, _mm256_add_ps(h[n], _mm256_setzero_ps()));
+    }
+  }
+  for (int n = 0; n < N; ++n) store_y(y + n * ldy, rn, l[n], h[n]);
+}
+
+using DpFn = void (*)(const float*, int64_t, const uint16_t*, int64_t, float*, int64_t, bool, int);
+constexpr DpFn kDpMicro[kTB] = {dp_micro<1>, dp_micro<2>, dp_micro<3>,
+                                dp_micro<4>, dp_micro<5>, dp_micro<6>};
+
+// Rows of one panel as bf16 pointers: bf16 weights directly, MXFP4 rows decoded into g_dec.
+template <class RowsFn>
+void gemm_dp(const RowsFn& rows_of, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t, float* y,
+             int64_t ldy, int64_t r0, int64_t r1) {
+  if (k == 0) {
+    for (int64_t j = 0; j < t; ++j)
+      for (int64_t r = r0; r < r1; ++r) y[j * ldy + r] = 0.f;
+    return;
+  }
+  float* buf = g_panel;
+  const uint16_t* p[kP];
+  for (int64_t t0 = 0; t0 < t; t0 += kTc) {
+    const int64_t tn = t - t0 < kTc ? t - t0 : kTc;
+    const int64_t nblk = (tn + kTB - 1) / kTB, base = tn / nblk, extra = tn % nblk;
+    for (int64_t k0 = 0; k0 < k; k0 += kKc) {
+      const int64_t kn = k - k0 < kKc ? k - k0 : kKc;
+      for (int64_t r = r0; r < r1; r += kP) {
+        const int rn = static_cast<int>(r1 - r < kP ? r1 - r : kP);
+        rows_of(r, rn, k0, kn, p);
+        pack_panel(p, kn, buf, p, 0);
+        int64_t j = 0;
+        for (int64_t bi = 0; bi < nblk; ++bi) {
+          const int64_t nn = base + (bi < extra ? 1 : 0);
+          kDpMicro[nn - 1](buf, kn, xb + (t0 + j) * ldxb + k0, ldxb, y + (t0 + j) * ldy + r, ldy, k0 > 0, rn);
+          j += nn;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_bf16_dp(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb, int64_t ldxb,
+                  int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  gemm_dp([&](int64_t r, int rn, int64_t k0, int64_t, const uint16_t** p) {
+            for (int i = 0; i < kP; ++i) p[i] = i < rn ? w + (r + i) * ldw + k0 : kZeroRow;
+          }, k, xb, ldxb, t, y, ldy, r0, r1);
+}
+
+void gemm_mxfp4_dp(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb,
+                   int64_t ldxb, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  static constexpr float kE2m1[16] = {0.f,  0.5f,  1.f,  1.5f,  2.f,  3.f,  4.f,  6.f,
+                                      -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
+  gemm_dp([&](int64_t r, int rn, int64_t k0, int64_t kn, const uint16_t** p) {
+            for (int i = 0; i < kP; ++i) {
+              if (i >= rn) {
+                p[i] = kZeroRow;
+                continue;
+              }
+              uint16_t* d = g_dec + i * kKc;
+              const uint8_t* pr = packed + (r + i) * (k / 2) + k0 / 2;
+              const uint8_t* sr = scale + (r + i) * (k / 32) + k0 / 32;
+              for (int64_t b = 0; b < kn / 32; ++b) {
+                const uint32_t e = sr[b];
+                const uint32_t sb = e == 255 ? 0x7fc00000u : (e >= 1 ? e << 23 : 0x00400000u);
+                float sc;
+                __builtin_memcpy(&sc, &sb, 4);
+                uint16_t tab[16];
+                for (int c = 0; c < 16; ++c) {  // exact: E2M1 x 2^(e-127) is a bf16
+                  const float v = kE2m1[c] * sc;
+                  uint32_t u;
+                  __builtin_memcpy(&u, &v, 4);
+                  tab[c] = static_cast<uint16_t>(u >> 16);
+                }
+                for (int c = 0; c < 16; ++c) {
+                  const uint8_t byte = pr[16 * b + c];
+                  d[32 * b + 2 * c] = tab[byte & 15];
+                  d[32 * b + 2 * c + 1] = tab[byte >> 4];
+                }
+              }
+              p[i] = d;
+            }
+          }, k, xb, ldxb, t, y, ldy, r0, r1);
+}
+
 void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
                float* y, int64_t ldy, int64_t r0, int64_t r1) {
   if (t >= (k <= kWideK ? kPanelMinTokens : kPanelMinTokensWideK))

@@ -11,6 +11,8 @@ const KernelTable& kernel_table_avx2() {
     k.quantize_q8 = avx2::quantize_q8;
     k.gemm_mxfp4_q8 = avx2::gemm_mxfp4_q8;
     k.gemm_mxfp4_f32 = avx2::gemm_mxfp4_f32;
+    k.gemm_bf16_dp = avx2::gemm_bf16_dp;
+    k.gemm_mxfp4_dp = avx2::gemm_mxfp4_dp;
     k.situ_glu = avx2::situ_glu;
     k.read_sum = avx2::read_sum;
     avx2::fill_vec_table(k);

@@ -1,5 +1,6 @@
-// The AVX-512 kernel table. The element-wise kernels (Q8 quantization, SiTU-GLU, read probe) are
-// not on the hot path (or are memory-bound), so this table reuses the AVX2 ones: every CPU with
+// The AVX-512 kernel table. The element-wise kernels (Q8 quantization, SiTU-GLU) are not on the
+// hot path (or are memory-bound), so this table reuses the AVX2 ones (the read probe has its own,
+// with 64-byte loads: avx512/read_sum.cpp): every CPU with
 // our AVX-512 level also has AVX2 + FMA (cpu_features.cpp requires both). The k3::vec primitives
 // are the AVX2 (8-lane) build too: they are a small share of the time, and a 16-lane build could
 // not be run on the development machines (no AVX-512), so it is not shipped untested.
@@ -14,6 +15,9 @@ const KernelTable& kernel_table_avx512() {
     k.gemm_bf16 = avx512::gemm_bf16;
     k.gemm_mxfp4_q8 = avx512::gemm_mxfp4_q8;
     k.gemm_mxfp4_f32 = avx512::gemm_mxfp4_f32;
+    k.read_sum = avx512::read_sum;
+    k.gemm_bf16_dp = avx512::gemm_bf16_dp;
+    k.gemm_mxfp4_dp = avx512::gemm_mxfp4_dp;
     return k;
   }();
   return t;

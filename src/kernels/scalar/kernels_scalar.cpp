@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "kernels/kernel_table.h"
 #include "kernels/ref/activations.h"
@@ -118,19 +119,54 @@ void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, cons
   }
 }
 
+// The pair chain of kernel_table.h gemm_bf16_dp: odd element first, then even, each product
+// exact in fp32 (bf16 x bf16), each add rounded once (== the fused form, the product being exact).
+float pair_chain(const float* w, const uint16_t* xb, int64_t k) {
+  float acc = 0.f;
+  for (int64_t i = 0; i < k; i += 2) {
+    const float wo = i + 1 < k ? w[i + 1] : 0.f, xo = i + 1 < k ? bf16(xb + i + 1) : 0.f;
+    acc = acc + wo * xo;
+    acc = acc + w[i] * bf16(xb + i);
+  }
+  return acc;
+}
+
+void gemm_bf16_dp(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb, int64_t ldxb,
+                  int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  std::vector<float> wr(static_cast<size_t>(k));
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t i = 0; i < k; ++i) wr[i] = bf16(w + r * ldw + i);
+    for (int64_t j = 0; j < t; ++j) y[j * ldy + r] = pair_chain(wr.data(), xb + j * ldxb, k);
+  }
+}
+
+void gemm_mxfp4_dp(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb,
+                   int64_t ldxb, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  std::vector<float> wr(static_cast<size_t>(k));
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t i = 0; i < k; ++i) {
+      const uint8_t byte = packed[r * (k / 2) + i / 2];
+      const int nib = (i & 1) ? byte >> 4 : byte & 15;
+      // E2M1 value x 2^(e-127) = (doubled E2M1) x 2^(e-128), exact
+      wr[i] = static_cast<float>(kT2[nib]) * e8m0_half(scale[r * (k / 32) + i / 32]);
+      if (nib == 8 && !std::isnan(wr[i])) wr[i] = -0.f;  // E2M1 code 8 is -0 (as vdpbf16ps sees it)
+    }
+    for (int64_t j = 0; j < t; ++j) y[j * ldy + r] = pair_chain(wr.data(), xb + j * ldxb, k);
+  }
+}
+
 void situ_glu(const float* g, const float* u, float* out, int64_t n, float beta1, float beta2) {
   const std::optional<float> lb = beta2 > 0.f ? std::optional<float>(beta2) : std::nullopt;
   for (int64_t i = 0; i < n; ++i) out[i] = ref::situ(g[i], u[i], beta1, lb);
 }
 
-float read_sum(const float* x, int64_t n) {
-  float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+uint64_t read_sum(const uint64_t* x, int64_t n) {
+  uint64_t a[4] = {0, 0, 0, 0};  // independent chains (wrapping adds: the order changes no bit)
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) a[l] += x[i + l];
-  float s = 0.f;
+  for (; i + 4 <= n; i += 4)
+    for (int l = 0; l < 4; ++l) a[l] += x[i + l];
+  uint64_t s = a[0] + a[1] + a[2] + a[3];
   for (; i < n; ++i) s += x[i];
-  for (float v : a) s += v;
   return s;
 }
 
@@ -144,6 +180,8 @@ const KernelTable& kernel_table_scalar() {
     k.quantize_q8 = quantize_q8;
     k.gemm_mxfp4_q8 = gemm_mxfp4_q8;
     k.gemm_mxfp4_f32 = gemm_mxfp4_f32;
+    k.gemm_bf16_dp = gemm_bf16_dp;
+    k.gemm_mxfp4_dp = gemm_mxfp4_dp;
     k.situ_glu = situ_glu;
     k.read_sum = read_sum;
     vec_fill_table(k);  // vec_impl.h built for the x86-64 baseline (4-lane SSE2 vectors)
