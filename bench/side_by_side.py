@@ -252,8 +252,9 @@ def main():
                                "_evictions": evictions, "_failures": sorted(set(FAILURES))}, f, indent=1)
     cols = [f"k3 {m}" for m in modes]
     table = ratio_table(res, [m[0] for m in models], threads, cols)
-    notes = [f"medians over rounds (K3-mini {a.rounds} rounds x median of {a.reps} runs per call; bench model "
-             f"{a.bench_rounds} rounds x 1 run); load average at end {os.getloadavg()[0]:.2f}"]
+    bench_part = "" if a.skip_bench_model else f"; bench model {a.bench_rounds} rounds x 1 run"
+    notes = [f"medians over rounds (K3-mini {a.rounds} rounds x median of {a.reps} runs per call{bench_part}); "
+             f"load average at end {os.getloadavg()[0]:.2f}"]
     notes += ["page eviction seen: " + e for e in evictions] or ["no page eviction seen before any timed call (fincore)"]
     notes += ["k3 failure: " + f for f in sorted(set(FAILURES))]
     out = "\n".join(report + table + [""] + notes)
