@@ -13,7 +13,12 @@ uint64_t read_sum(const uint64_t* x, int64_t n) {
   for (; i + 64 <= n; i += 64)
     for (int j = 0; j < 8; ++j) a[j] = _mm512_add_epi64(a[j], _mm512_loadu_si512(x + i + 8 * j));
   for (int j = 1; j < 8; ++j) a[0] = _mm512_add_epi64(a[0], a[j]);
-  uint64_t s = static_cast<uint64_t>(_mm512_reduce_add_epi64(a[0]));
+  // Lanes summed as unsigned (wrapping): _mm512_reduce_add_epi64 adds in signed long long, whose
+  // overflow is UB (UBSan flags it).
+  alignas(64) uint64_t l[8];
+  _mm512_store_si512(l, a[0]);
+  uint64_t s = 0;
+  for (uint64_t v : l) s += v;
   for (; i < n; ++i) s += x[i];
   return s;
 }
