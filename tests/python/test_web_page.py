@@ -28,6 +28,7 @@ from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -113,10 +114,14 @@ def wait_for(driver, cond, what, timeout=WAIT):
 def page_state(driver):
     """Every message of the page as the user sees it (text only)."""
     return driver.execute_script("""
+      // content / reasoning: the text the page renders (kept as data-source where it is rendered
+      // as Markdown); shown: the text of the rendered content.
+      const source = (e) => e.dataset.source !== undefined ? e.dataset.source : e.textContent;
       return [...document.querySelectorAll('#messages .msg')].map((m) => {
         const q = (s) => m.querySelector(s);
-        return {role: m.dataset.role, status: m.dataset.status || null, content: q('.content').textContent,
-                reasoning: q('.thinking-text') ? q('.thinking-text').textContent : null,
+        return {role: m.dataset.role, status: m.dataset.status || null, content: source(q('.content')),
+                shown: q('.content').textContent,
+                reasoning: q('.thinking-text') ? source(q('.thinking-text')) : null,
                 tools: [...m.querySelectorAll('.tool-call')].map((t) => ({name: t.dataset.tool,
                         args: t.querySelector('.tool-args').textContent})),
                 error: q('.error') && !q('.error').hidden ? q('.error').textContent : null,
@@ -420,6 +425,7 @@ def test_html_in_prompt_and_output_is_shown_as_text(server, browser):
         user = page_state(d)[0]
         assert user["role"] == "user" and user["content"] == INJECTED
         assert page_state(d)[1]["content"] == out
+        assert "<i>hi</i>" in page_state(d)[1]["shown"]  # the Markdown view shows the tags as text
         assert d.execute_script("return document.querySelectorAll("
                                 "'#messages img, #messages script, #messages b, #messages i, #messages a').length") == 0
         assert d.execute_script("return typeof window.__pwned") == "undefined"
@@ -451,4 +457,461 @@ def test_server_errors_are_shown_in_the_page(server, browser):
     assert m["status"] == "done" and m["content"] == "Hello." and m["error"] is None, m
     assert request_bodies(d)[-1]["messages"] == [{"role": "user", "content": c}
                                                  for c in ("hello", "hello again", "third time")]
+    assert_no_script_errors(d)
+
+
+# --- Markdown, copy, regenerate, edit, conversations, system prompt, statistics ---------------
+
+# The page's libraries: Debian's files, embedded by tools/server/web/web.cmake.
+VENDOR = [("/vendor/marked.min.js", "/usr/share/javascript/marked/marked.min.js", "text/javascript"),
+          ("/vendor/purify.min.js", "/usr/share/nodejs/dompurify/dist/purify.min.js", "text/javascript"),
+          ("/vendor/highlight.min.js", "/usr/share/javascript/highlight.js/highlight.min.js", "text/javascript"),
+          ("/vendor/hljs_light.css", "/usr/share/javascript/highlight.js/styles/github.css", "text/css"),
+          ("/vendor/hljs_dark.css", "/usr/share/javascript/highlight.js/styles/atom-one-dark.css", "text/css")]
+
+CODE = "def count(path):\n    with open(path) as f:\n        return sum(1 for _ in f)"
+MARKDOWN = ("## Plan\n\n1. read the **file**\n2. count the lines\n\n```python\n" + CODE + "\n```\n\n"
+            'Call `count` with a path. <img src=x onerror="window.__pwned=5"><script>window.__pwned=6</script> '
+            "[run](javascript:window.__pwned=7) and [docs](https://docs.python.org/3/)")
+STATS = re.compile(r"(\d+) prompt tokens · (\d+) generated · ([0-9.]+) tokens/s · first token ([0-9.]+) s"
+                   r" · total ([0-9.]+) s")
+
+
+def stub_clipboard(driver):
+    """Replaces navigator.clipboard.writeText (headless Chromium has no usable clipboard) by a
+    recorder: window.__copied lists what the page copied."""
+    driver.execute_script("""
+      window.__copied = [];
+      Object.defineProperty(navigator.clipboard, 'writeText', {configurable: true,
+        value: (t) => { window.__copied.push(t); return Promise.resolve(); }});""")
+
+
+def copied(driver):
+    return driver.execute_script("return window.__copied")
+
+
+def conv_titles(driver):
+    """The conversation list, top to bottom (the title, or the rename field's value)."""
+    return driver.execute_script("""
+      return [...document.querySelectorAll('#conv-list .conv')].map((li) => {
+        const t = li.querySelector('.conv-open, .conv-title-input');
+        return t.value !== undefined && t.tagName === 'INPUT' ? t.value : t.textContent; });""")
+
+
+def conv_item(driver, title):
+    for li in driver.find_elements(By.CSS_SELECTOR, "#conv-list .conv"):
+        if li.find_element(By.CSS_SELECTOR, ".conv-open").text == title:
+            return li
+    raise AssertionError(f"no conversation {title!r} in {conv_titles(driver)}")
+
+
+def conv_button(driver, title, cls):
+    """A button of a conversation in the list; its rename / delete icons show on hover."""
+    li = conv_item(driver, title)
+    webdriver.ActionChains(driver).move_to_element(li).perform()
+    return li.find_element(By.CSS_SELECTOR, cls)
+
+
+def contents(driver):
+    return [m["content"] for m in page_state(driver)]
+
+
+def wait_done(driver, what="the answer"):
+    m = wait_for(driver, assistant_finished, what)
+    assert m["status"] == "done" and m["error"] is None, m
+    return m
+
+
+def api_usage(server, messages, forced, **kw):
+    """The server's own usage for a request (non-streamed), to compare the page's numbers with."""
+    r = httpx.post(server.url + "/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
+                   json={"messages": messages, "k3_forced_output": forced, **kw}, timeout=WAIT)
+    assert r.status_code == 200, r.text
+    return r.json()["usage"]
+
+
+def idle(server):
+    """Waits until no request runs (a stopped one has left its slot)."""
+    deadline = time.time() + WAIT
+    while metric(server.metrics(), "num_requests_running") != 0:
+        assert time.time() < deadline, "a request still runs"
+        time.sleep(0.05)
+
+
+def press(driver, *keys, modifiers=()):
+    chain = webdriver.ActionChains(driver)
+    for k in modifiers:
+        chain.key_down(k)
+    chain.send_keys(*keys)
+    for k in reversed(modifiers):
+        chain.key_up(k)
+    chain.perform()
+
+
+def test_libraries_are_served_from_debian_packages_by_relative_urls(server):
+    for url, path, ctype in VENDOR:
+        r = httpx.get(server.url + url, timeout=10)  # no key needed, like the page
+        assert r.status_code == 200, (url, r.text[:200])
+        assert r.headers["content-type"] == ctype + "; charset=utf-8", url
+        with open(os.path.realpath(path), "rb") as f:
+            assert r.content == f.read(), f"{url} differs from {path}"
+        assert "script-src 'self'" in r.headers["content-security-policy"]
+    with open(os.path.join(WEB, "index.html"), encoding="utf-8") as f:
+        html = f.read()
+    refs = re.findall(r'<(?:script|link)[^>]*(?:src|href)="([^"]*)"', html)
+    assert {u for u, _, _ in VENDOR} <= {"/" + r for r in refs}, refs
+    assert all(not r.startswith(("/", "http:", "https:")) for r in refs), refs  # this origin, relative
+    with open(os.path.join(WEB, "app.js"), encoding="utf-8") as f:
+        js = f.read()
+    urls = re.findall(r"fetch\('([^']*)'", js)
+    assert sorted(urls) == ["v1/chat/completions", "v1/models"], urls
+    assert "'Content-Type': 'application/json'" in js
+
+
+def test_markdown_answer_is_rendered_highlighted_sanitized_and_copyable(server, browser, capsys):
+    d = browser
+    open_page(d, server)
+    new_chat(d)
+    configure(d, thinking=True, temperature=0.7, max_tokens=400, effort="low")
+    hook_fetch(d, "I will **outline** it.<|close|>think<|sep|><|open|>response<|sep|>" + MARKDOWN + "<|end_of_msg|>")
+    send(d, "How do I count the lines of a file in Python?")
+    m = wait_done(d)
+    assert m["content"] == MARKDOWN and m["reasoning"] == "I will **outline** it.", m
+    got = d.execute_script("""
+      const v = [...document.querySelectorAll('#messages .msg.assistant')].pop();
+      const c = v.querySelector('.content');
+      const t = (s, e = c) => [...e.querySelectorAll(s)].map((x) => x.textContent);
+      return {h2: t('h2'), li: t('ol > li'), strong: t('strong'), inline: t(':not(pre) > code'),
+              code: t('pre > code.hljs.language-python'), kw: t('pre code .hljs-keyword'),
+              lang: t('.code-head .code-lang'), links: [...c.querySelectorAll('a')].map((a) => a.getAttribute('href')),
+              thinking: t('strong', v.querySelector('.thinking-text'))};""")
+    assert got["h2"] == ["Plan"] and got["li"] == ["read the file", "count the lines"] and got["strong"] == ["file"]
+    assert got["inline"] == ["count"] and got["lang"] == ["python"]
+    assert [c.rstrip("\n") for c in got["code"]] == [CODE]
+    assert {"def", "with", "return"} <= set(got["kw"]), got["kw"]  # highlighted by highlight.js
+    assert got["thinking"] == ["outline"]  # the thinking is Markdown too
+    # sanitized: HTML from the model is text, the javascript: link lost its href, nothing ran
+    assert got["links"] == [None, "https://docs.python.org/3/"], got["links"]
+    assert '<img src=x onerror="window.__pwned=5"><script>window.__pwned=6</script>' in m["shown"]
+    assert d.execute_script("return document.querySelectorAll('#messages img, #messages script, #messages iframe').length") == 0
+    d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant .content a")[-2].click()
+    assert d.execute_script("return typeof window.__pwned") == "undefined"
+    # the code block's Copy copies the code; the message's Copy copies its Markdown source
+    stub_clipboard(d)
+    block_copy = d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant .code-copy")[-1]
+    block_copy.click()
+    wait_for(d, lambda d: len(copied(d)) == 1, "the code to be copied")
+    assert copied(d)[0].rstrip("\n") == CODE
+    wait_for(d, lambda d: block_copy.text == "Copied", "the Copied label")
+    d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant .actions .copy")[-1].click()
+    wait_for(d, lambda d: len(copied(d)) == 2, "the answer to be copied")
+    assert copied(d)[1] == MARKDOWN
+    d.find_elements(By.CSS_SELECTOR, "#messages .msg.user .actions .copy")[-1].click()
+    wait_for(d, lambda d: len(copied(d)) == 3, "the question to be copied")
+    assert copied(d)[2] == "How do I count the lines of a file in Python?"
+    # the same rendering after a reload (from localStorage)
+    d.refresh()
+    wait_for(d, lambda d: len(page_state(d)) == 2, "the restored conversation")
+    assert d.execute_script("return document.querySelectorAll('#messages pre code .hljs-keyword').length") >= 3
+    assert page_state(d)[1]["content"] == MARKDOWN
+    d.find_element(By.CSS_SELECTOR, "#settings summary").click()  # folded, as on a first visit
+    for name, size in [("markdown-desktop.png", DESKTOP), ("markdown-phone.png", PHONE)]:
+        path = screenshot(d, name, size, capsys)
+        assert os.path.getsize(path) > 10000
+        assert d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth"), name
+    d.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    assert_no_script_errors(d)
+
+
+def test_regenerate_replaces_the_last_answer_and_edit_resends(server, browser):
+    d = browser
+    open_page(d, server)
+    new_chat(d)
+    configure(d, thinking=False, temperature=0, max_tokens=64)
+    hook_fetch(d, "First answer.<|end_of_msg|>")
+    send(d, "Question one")
+    wait_done(d)
+    hook_fetch(d, "Second answer.<|end_of_msg|>")
+    send(d, "Question two")
+    wait_done(d)
+    # Regenerate is offered on the last answer only
+    regen = d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant .regenerate")
+    assert [b.is_displayed() for b in regen] == [False, True]
+    d.execute_script("window.__old = [...document.querySelectorAll('#messages .msg.assistant')].pop()")
+    n = len(request_bodies(d))
+    hook_fetch(d, "Second answer.<|end_of_msg|>")  # the same text: the message must still be a new one
+    regen[1].click()
+    wait_for(d, lambda d: d.execute_script("return !document.contains(window.__old)") and assistant_finished(d),
+             "the regenerated answer")
+    assert len(request_bodies(d)) == n + 1
+    assert request_bodies(d)[-1]["messages"] == [{"role": "user", "content": "Question one"},
+                                                 {"role": "assistant", "content": "First answer."},
+                                                 {"role": "user", "content": "Question two"}]
+    assert contents(d) == ["Question one", "First answer.", "Question two", "Second answer."]
+    assert last_assistant(d)["status"] == "done"
+    hook_fetch(d, "Third answer.<|end_of_msg|>")
+    d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant .regenerate")[-1].click()
+    wait_for(d, lambda d: contents(d)[-1] == "Third answer." and assistant_finished(d), "the second regeneration")
+    assert contents(d) == ["Question one", "First answer.", "Question two", "Third answer."]
+
+    # Edit, then Cancel: nothing changes
+    first = d.find_elements(By.CSS_SELECTOR, "#messages .msg.user")[0]
+    first.find_element(By.CSS_SELECTOR, ".edit").click()
+    box = first.find_element(By.CSS_SELECTOR, ".edit-text")
+    assert box.get_attribute("value") == "Question one"
+    box.send_keys(" and more")
+    first.find_element(By.CSS_SELECTOR, ".edit-cancel").click()
+    assert not first.find_elements(By.CSS_SELECTOR, ".edit-box")
+    assert contents(d) == ["Question one", "First answer.", "Question two", "Third answer."]
+    # Edit the first question and send: what followed is dropped, the edited text is sent alone
+    first.find_element(By.CSS_SELECTOR, ".edit").click()
+    box = first.find_element(By.CSS_SELECTOR, ".edit-text")
+    box.send_keys(", edited")
+    hook_fetch(d, "Edited answer.<|end_of_msg|>")
+    first.find_element(By.CSS_SELECTOR, ".edit-send").click()
+    wait_for(d, lambda d: contents(d) == ["Question one, edited", "Edited answer."] and assistant_finished(d),
+             "the answer to the edited question")
+    assert request_bodies(d)[-1]["messages"] == [{"role": "user", "content": "Question one, edited"}]
+    # Enter in the edit box sends too
+    d.find_elements(By.CSS_SELECTOR, "#messages .msg.user")[0].find_element(By.CSS_SELECTOR, ".edit").click()
+    box = d.find_element(By.CSS_SELECTOR, "#messages .msg.user .edit-text")
+    hook_fetch(d, "Once more.<|end_of_msg|>")
+    box.send_keys(" again\n")
+    wait_for(d, lambda d: contents(d) == ["Question one, edited again", "Once more."] and assistant_finished(d),
+             "the answer to the edit sent with Enter")
+    d.refresh()
+    wait_for(d, lambda d: len(page_state(d)) == 2, "the restored conversation")
+    assert contents(d) == ["Question one, edited again", "Once more."]
+    assert_no_script_errors(d)
+
+
+def test_conversation_list_switch_rename_delete_survive_reload(server, browser, capsys):
+    d = browser
+    open_page(d, server)
+    new_chat(d)
+    configure(d, thinking=False, temperature=0, max_tokens=16)
+    hook_fetch(d, "Alpha answer.<|end_of_msg|>")
+    send(d, "Conversation alpha")
+    wait_done(d)
+    # Ctrl+Shift+O: a new chat; the old one stays in the list
+    press(d, "o", modifiers=(Keys.CONTROL, Keys.SHIFT))
+    wait_for(d, lambda d: page_state(d) == [], "the new chat")
+    assert conv_titles(d)[:2] == ["New chat", "Conversation alpha"]
+    hook_fetch(d, "Beta answer.<|end_of_msg|>")
+    send(d, "Conversation beta")
+    wait_done(d)
+    assert conv_titles(d)[:2] == ["Conversation beta", "Conversation alpha"]
+    # switching shows the other conversation's messages
+    conv_item(d, "Conversation alpha").find_element(By.CSS_SELECTOR, ".conv-open").click()
+    wait_for(d, lambda d: contents(d) == ["Conversation alpha", "Alpha answer."], "conversation alpha")
+    assert "current" in conv_item(d, "Conversation alpha").get_attribute("class")
+    conv_item(d, "Conversation beta").find_element(By.CSS_SELECTOR, ".conv-open").click()
+    wait_for(d, lambda d: contents(d) == ["Conversation beta", "Beta answer."], "conversation beta")
+    conv_item(d, "Conversation alpha").find_element(By.CSS_SELECTOR, ".conv-open").click()
+    wait_for(d, lambda d: contents(d) == ["Conversation alpha", "Alpha answer."], "conversation alpha again")
+    # a reload restores the list and the conversation on screen
+    d.refresh()
+    wait_for(d, lambda d: d.execute_script("return document.documentElement.dataset.ready === '1'"), "the reload")
+    assert contents(d) == ["Conversation alpha", "Alpha answer."]
+    assert conv_titles(d)[:2] == ["Conversation beta", "Conversation alpha"]
+    # rename (Enter keeps, Escape cancels)
+    li = conv_item(d, "Conversation alpha")
+    li.find_element(By.CSS_SELECTOR, ".conv-rename").click()
+    field = li.find_element(By.CSS_SELECTOR, ".conv-title-input")
+    field.send_keys("Throwaway", Keys.ESCAPE)
+    wait_for(d, lambda d: "Conversation alpha" in conv_titles(d), "the cancelled rename")
+    li = conv_item(d, "Conversation alpha")
+    li.find_element(By.CSS_SELECTOR, ".conv-rename").click()
+    field = li.find_element(By.CSS_SELECTOR, ".conv-title-input")
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys(Keys.NULL, "Renamed alpha", Keys.ENTER)
+    wait_for(d, lambda d: conv_titles(d)[:2] == ["Conversation beta", "Renamed alpha"], "the new name")
+    d.refresh()
+    wait_for(d, lambda d: d.execute_script("return document.documentElement.dataset.ready === '1'"), "the reload")
+    assert conv_titles(d)[:2] == ["Conversation beta", "Renamed alpha"]
+    # delete asks first: Cancel keeps the conversation, OK removes it
+    conv_button(d, "Conversation beta", ".conv-delete").click()
+    alert = d.switch_to.alert
+    assert "Conversation beta" in alert.text
+    alert.dismiss()
+    assert "Conversation beta" in conv_titles(d)
+    conv_button(d, "Conversation beta", ".conv-delete").click()
+    d.switch_to.alert.accept()
+    wait_for(d, lambda d: "Conversation beta" not in conv_titles(d), "the deleted conversation to go")
+    assert contents(d) == ["Conversation alpha", "Alpha answer."]  # another one was deleted
+    d.refresh()
+    wait_for(d, lambda d: d.execute_script("return document.documentElement.dataset.ready === '1'"), "the reload")
+    assert "Conversation beta" not in conv_titles(d) and "Renamed alpha" in conv_titles(d)
+
+    # phone: the list is a drawer, opened from the bar, closed by picking a conversation
+    d.find_element(By.CSS_SELECTOR, "#settings summary").click()
+    screenshot(d, "conversations-desktop.png", DESKTOP, capsys)
+    screenshot(d, "conversations-phone-closed.png", PHONE, capsys)
+    side = d.find_element(By.ID, "sidebar")
+    assert not side.is_displayed() or side.rect["x"] + side.rect["width"] <= 0
+    d.find_element(By.ID, "toggle-sidebar").click()
+    wait_for(d, lambda d: side.is_displayed() and side.rect["x"] >= 0, "the drawer")
+    time.sleep(0.3)  # the slide-in transition
+    screenshot(d, "conversations-phone.png", PHONE, capsys)
+    assert d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    # deleting the conversation on screen shows another one
+    conv_button(d, "Renamed alpha", ".conv-delete").click()
+    d.switch_to.alert.accept()
+    wait_for(d, lambda d: "Renamed alpha" not in conv_titles(d), "the deleted conversation to go")
+    assert contents(d) != ["Conversation alpha", "Alpha answer."]
+    d.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    assert_no_script_errors(d)
+
+
+EXPORT = "k3chat.conversations"
+
+
+def test_export_import_round_trip_and_bad_files(server, browser, tmp_path):
+    d = browser
+    open_page(d, server)
+    new_chat(d)
+    configure(d, thinking=False, temperature=0, max_tokens=16)
+    set_field(d, "system-prompt", "Be brief.")
+    hook_fetch(d, "Gamma answer.<|end_of_msg|>")
+    send(d, "Conversation gamma")
+    wait_done(d)
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    d.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+    d.find_element(By.ID, "export").click()
+    wait_for(d, lambda d: [f for f in os.listdir(downloads) if f.endswith(".json")], "the export file")
+    (name,) = os.listdir(downloads)
+    assert re.fullmatch(r"k3-chat-\d{4}-\d{2}-\d{2}\.json", name), name
+    with open(downloads / name, encoding="utf-8") as f:
+        data = json.load(f)
+    assert data["format"] == EXPORT and data["version"] == 1
+    gamma = [c for c in data["conversations"] if c["title"] == "Conversation gamma"]
+    assert len(gamma) == 1 and gamma[0]["system"] == "Be brief."
+    assert [(m["role"], m["content"]) for m in gamma[0]["messages"]] == [("user", "Conversation gamma"),
+                                                                        ("assistant", "Gamma answer.")]
+    exported = sorted(c["title"] for c in data["conversations"])
+    assert all(c["messages"] for c in data["conversations"])
+
+    # a browser without the conversations gets them back from the file
+    d.execute_script("localStorage.clear()")
+    d.refresh()
+    wait_for(d, lambda d: d.execute_script("return document.documentElement.dataset.ready === '1'"), "the reload")
+    assert conv_titles(d) == ["New chat"]
+    d.find_element(By.ID, "import-file").send_keys(str(downloads / name))
+    wait_for(d, lambda d: f"Imported {len(exported)} conversation(s) from {name}" in d.find_element(By.ID, "notice").text,
+             "the import notice")
+    assert sorted(t for t in conv_titles(d) if t != "New chat") == exported
+    conv_item(d, "Conversation gamma").find_element(By.CSS_SELECTOR, ".conv-open").click()
+    wait_for(d, lambda d: contents(d) == ["Conversation gamma", "Gamma answer."], "the imported conversation")
+    assert d.find_element(By.ID, "system-prompt").get_attribute("value") == "Be brief."
+    # importing the same file again adds copies, it replaces nothing
+    d.find_element(By.ID, "import-file").send_keys(str(downloads / name))
+    wait_for(d, lambda d: len(conv_titles(d)) == 2 * len(exported), "the second import")
+
+    # malformed files: an error naming the problem, nothing added, the page keeps working
+    bad = [("not-json.json", "{oops", "not JSON"),
+           ("other-format.json", json.dumps({"format": "other", "conversations": []}), "not a k3 chat export"),
+           ("future.json", json.dumps({"format": EXPORT, "version": 2, "conversations": []}), "unknown export version 2"),
+           ("bad-role.json", json.dumps({"format": EXPORT, "version": 1, "conversations": [
+               {"messages": [{"role": "user", "content": "fine"}]},
+               {"messages": [{"role": "user", "content": "ok"}, {"role": "robot", "content": "x"}]}]}),
+            'conversation 2, message 2: "role" must be "user" or "assistant"'),
+           ("bad-content.json", json.dumps({"format": EXPORT, "version": 1, "conversations": [
+               {"messages": [{"role": "user", "content": 5}]}]}), '"content" must be a string'),
+           ("bad-messages.json", json.dumps({"format": EXPORT, "version": 1, "conversations": [{"title": "x"}]}),
+            '"messages" must be an array'),
+           ("bad-usage.json", json.dumps({"format": EXPORT, "version": 1, "conversations": [{"messages": [
+               {"role": "assistant", "content": "x", "usage": {"prompt_tokens": "many"}}]}]}), '"usage" must have')]
+    for fname, text, expect in bad:
+        (tmp_path / fname).write_text(text, encoding="utf-8")
+        before = (conv_titles(d), d.execute_script("return localStorage.getItem('k3chat.v2')"))
+        d.find_element(By.ID, "import-file").send_keys(str(tmp_path / fname))
+        notice = d.find_element(By.ID, "notice")
+        wait_for(d, lambda d: f"Import of {fname} failed" in notice.text, f"the error for {fname}")
+        assert expect in notice.text and "is-error" in notice.get_attribute("class"), (fname, notice.text)
+        assert (conv_titles(d), d.execute_script("return localStorage.getItem('k3chat.v2')")) == before, fname
+    open_page(d, server)  # the settings went with localStorage.clear()
+    configure(d, thinking=False, temperature=0, max_tokens=16)
+    new_chat(d)
+    hook_fetch(d, "Still fine.<|end_of_msg|>")
+    send(d, "after the bad files")
+    assert wait_done(d)["content"] == "Still fine."
+    assert_no_script_errors(d)
+
+
+def test_system_prompt_is_sent_per_conversation_and_answers_show_token_statistics(server, browser):
+    d = browser
+    open_page(d, server)
+    new_chat(d)
+    configure(d, thinking=False, temperature=0, max_tokens=32)
+    forced = "One two three four five six seven eight nine ten.<|end_of_msg|>"
+    kw = {"max_tokens": 32, "temperature": 0, "chat_template_kwargs": {"thinking": False}}
+    assert d.find_element(By.ID, "system-prompt").get_attribute("value") == ""
+    hook_fetch(d, forced)
+    send(d, "Count to ten")
+    m0 = wait_done(d)
+    assert request_bodies(d)[-1]["messages"] == [{"role": "user", "content": "Count to ten"}]
+    s0 = STATS.search(m0["meta"])
+    assert s0, m0["meta"]
+    usage0 = api_usage(server, [{"role": "user", "content": "Count to ten"}], forced, **kw)
+    assert int(s0.group(1)) == usage0["prompt_tokens"] and int(s0.group(2)) == usage0["completion_tokens"]
+    assert usage0["completion_tokens"] > 5 and float(s0.group(3)) > 0
+    assert float(s0.group(5)) >= float(s0.group(4)) > 0
+
+    # a new chat starts without a system prompt; this one has its own, sent first
+    new_chat(d)
+    assert d.find_element(By.ID, "system-prompt").get_attribute("value") == ""
+    system = "You are a terse assistant. Answer in one line."
+    set_field(d, "system-prompt", system)
+    hook_fetch(d, forced)
+    send(d, "Count to ten, please")
+    m1 = wait_done(d)
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Count to ten, please"}]
+    assert request_bodies(d)[-1]["messages"] == msgs
+    s1 = STATS.search(m1["meta"])
+    assert s1, m1["meta"]
+    assert int(s1.group(1)) == api_usage(server, msgs, forced, **kw)["prompt_tokens"] > int(s0.group(1)) + 8
+    # the field follows the conversation on screen, and survives a reload
+    conv_item(d, "Count to ten").find_element(By.CSS_SELECTOR, ".conv-open").click()
+    wait_for(d, lambda d: contents(d)[0] == "Count to ten", "the first conversation")
+    assert d.find_element(By.ID, "system-prompt").get_attribute("value") == ""
+    conv_item(d, "Count to ten, please").find_element(By.CSS_SELECTOR, ".conv-open").click()
+    wait_for(d, lambda d: contents(d)[0] == "Count to ten, please", "the second conversation")
+    assert d.find_element(By.ID, "system-prompt").get_attribute("value") == system
+    d.refresh()
+    wait_for(d, lambda d: d.execute_script("return document.documentElement.dataset.ready === '1'"), "the reload")
+    assert d.find_element(By.ID, "system-prompt").get_attribute("value") == system
+    assert STATS.search(page_state(d)[1]["meta"]).group(0) == s1.group(0)  # the statistics are kept
+    assert_no_script_errors(d)
+
+
+def test_keyboard_shortcuts_and_help(server, browser):
+    d = browser
+    open_page(d, server)
+    new_chat(d)
+    configure(d, thinking=False, temperature=0.7, max_tokens=1200)
+    hook_fetch(d, " light" * 1100)
+    send(d, "Say light many times")
+    wait_for(d, lambda d: len(last_assistant(d)["content"]) > 30, "some streamed text")
+    press(d, Keys.ESCAPE)  # Esc stops the answer
+    m = wait_for(d, assistant_finished, "the stopped answer")
+    assert m["status"] == "stopped", m
+    idle(server)
+    # Shift+Enter is a new line, Enter sends
+    box = d.find_element(By.ID, "prompt")
+    box.send_keys("line one")
+    press(d, Keys.ENTER, modifiers=(Keys.SHIFT,))
+    box.send_keys("line two")
+    hook_fetch(d, "Ok.<|end_of_msg|>")
+    box.send_keys(Keys.ENTER)
+    wait_for(d, lambda d: len(page_state(d)) == 4 and assistant_finished(d), "the answer")
+    assert page_state(d)[2]["content"] == "line one\nline two" and box.get_attribute("value") == ""
+    # the help lists the shortcuts
+    d.find_element(By.ID, "help-button").click()
+    help_box = d.find_element(By.ID, "help")
+    wait_for(d, lambda d: help_box.is_displayed(), "the help")
+    for k in ["Enter", "Shift", "Ctrl", "O", "Esc"]:
+        assert k in help_box.text
+    d.find_element(By.ID, "help-close").click()
+    wait_for(d, lambda d: not help_box.is_displayed(), "the help to close")
     assert_no_script_errors(d)

@@ -1,8 +1,10 @@
 # Script mode (cmake -P): turns the chat page's files into one C++ source of byte arrays, so the
 # page is part of the `k3` binary (no files to install beside it).
-#   cmake -DWEB_DIR=<tools/server/web> -DOUT=<.../web_assets.cpp> "-DFILES=index.html|app.js|app.css" -P embed.cmake
-# index.html is served at "/", every other file at "/<name>"; the Content-Type comes from the
-# extension (.html, .js, .css only; anything else is a configuration error).
+#   cmake -DWEB_DIR=<tools/server/web> -DOUT=<.../web_assets.cpp> "-DFILES=index.html|app.js|vendor/x.js=/abs/x.js" -P embed.cmake
+# An entry is a file name in WEB_DIR, or "<URL name>=<absolute path>" for a file from elsewhere
+# (the Debian packages of the page's libraries). index.html is served at "/", every other file
+# at "/<name>"; the Content-Type comes from the extension (.html, .js, .css only; anything else
+# is a configuration error).
 if(NOT WEB_DIR OR NOT OUT OR NOT FILES)
   message(FATAL_ERROR "embed.cmake: WEB_DIR, OUT and FILES are required")
 endif()
@@ -11,8 +13,14 @@ string(REPLACE "|" ";" file_list "${FILES}")
 set(arrays "")
 set(entries "")
 set(i 0)
-foreach(name IN LISTS file_list)
-  set(path "${WEB_DIR}/${name}")
+foreach(entry IN LISTS file_list)
+  if(entry MATCHES "^([^=]+)=(.+)$")
+    set(name "${CMAKE_MATCH_1}")
+    set(path "${CMAKE_MATCH_2}")
+  else()
+    set(name "${entry}")
+    set(path "${WEB_DIR}/${entry}")
+  endif()
   if(NOT EXISTS "${path}")
     message(FATAL_ERROR "embed.cmake: ${path} does not exist")
   endif()
