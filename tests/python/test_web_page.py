@@ -614,11 +614,21 @@ def test_markdown_answer_is_rendered_highlighted_sanitized_and_copyable(server, 
     wait_for(d, lambda d: len(page_state(d)) == 2, "the restored conversation")
     assert d.execute_script("return document.querySelectorAll('#messages pre code .hljs-keyword').length") >= 3
     assert page_state(d)[1]["content"] == MARKDOWN
-    d.find_element(By.CSS_SELECTOR, "#settings summary").click()  # folded, as on a first visit
+    assert d.find_element(By.ID, "settings").get_attribute("open") is None  # folded, as on a first visit
     for name, size in [("markdown-desktop.png", DESKTOP), ("markdown-phone.png", PHONE)]:
         path = screenshot(d, name, size, capsys)
         assert os.path.getsize(path) > 10000
         assert d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth"), name
+    # dark mode follows the system's preference, code highlighting included
+    bg = "return [getComputedStyle(document.body).backgroundColor, getComputedStyle(document.querySelector(" \
+         "'#messages pre code .hljs-keyword')).color]"
+    light = d.execute_script(bg)
+    d.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    wait_for(d, lambda d: d.execute_script(bg) != light, "the dark colours")
+    dark = d.execute_script(bg)
+    assert dark[0] == "rgb(23, 23, 26)" and dark[1] != light[1], (light, dark)
+    screenshot(d, "markdown-dark-phone.png", PHONE, capsys)
+    d.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
     d.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     assert_no_script_errors(d)
 
@@ -744,11 +754,11 @@ def test_conversation_list_switch_rename_delete_survive_reload(server, browser, 
     assert "Conversation beta" not in conv_titles(d) and "Renamed alpha" in conv_titles(d)
 
     # phone: the list is a drawer, opened from the bar, closed by picking a conversation
-    d.find_element(By.CSS_SELECTOR, "#settings summary").click()
     screenshot(d, "conversations-desktop.png", DESKTOP, capsys)
     screenshot(d, "conversations-phone-closed.png", PHONE, capsys)
     side = d.find_element(By.ID, "sidebar")
     assert not side.is_displayed() or side.rect["x"] + side.rect["width"] <= 0
+    assert not [b for b in d.find_elements(By.CSS_SELECTOR, "#sidebar button") if b.is_displayed()]
     d.find_element(By.ID, "toggle-sidebar").click()
     wait_for(d, lambda d: side.is_displayed() and side.rect["x"] >= 0, "the drawer")
     time.sleep(0.3)  # the slide-in transition
@@ -759,6 +769,11 @@ def test_conversation_list_switch_rename_delete_survive_reload(server, browser, 
     d.switch_to.alert.accept()
     wait_for(d, lambda d: "Renamed alpha" not in conv_titles(d), "the deleted conversation to go")
     assert contents(d) != ["Conversation alpha", "Alpha answer."]
+    assert side.is_displayed()  # still open: picking a conversation closes it
+    shown = contents(d)
+    d.find_element(By.CSS_SELECTOR, "#conv-list .conv.current .conv-open").click()
+    wait_for(d, lambda d: not side.is_displayed(), "the drawer to close")
+    assert contents(d) == shown
     d.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     assert_no_script_errors(d)
 
