@@ -7,9 +7,15 @@ only, the embedded bytes equal tools/server/web/*), streamed text arriving in se
 equal to the API's greedy answer, a multi-turn conversation sent as history, reload restoring the
 conversation, the thinking channel collapsed / dimmed / expandable, tool calls as structured
 blocks, Stop cancelling a long answer and freeing the server's only slot, HTML in a prompt and in
-the model's output shown as text, server errors (401, 400) shown in the page; screenshots at a
-phone and a desktop window size are written to $K3_TEST_ARTIFACTS (default
-build/test-artifacts/web/ of $K3_ROOT or this checkout) and their paths printed.
+the model's output shown as text, server errors (401, 400) shown in the page; the libraries
+(marked, DOMPurify, highlight.js: Debian's files) served from /vendor/; a Markdown answer rendered,
+highlighted and sanitized, with code-block and message Copy (a recording clipboard stub); Regenerate,
+Edit and resend; the conversation list (switch, Ctrl+Shift+O, rename, delete, reload, the phone
+drawer), export / import as JSON with malformed files refused; the system prompt per conversation;
+tokens and tokens/s under each answer; Esc, Shift+Enter and the help; dark mode; stored data that
+is bad or of the earlier format. Screenshots at a phone and a desktop window size are written to
+$K3_TEST_ARTIFACTS (default build/test-artifacts/web/ of $K3_ROOT or this checkout) and their paths
+printed.
 
 Deterministic answers come from the server's --test-forced-output: the test wraps the page's
 `fetch` (in the browser, never in the page's code) to add "k3_forced_output" to one request.
@@ -929,4 +935,43 @@ def test_keyboard_shortcuts_and_help(server, browser):
         assert k in help_box.text
     d.find_element(By.ID, "help-close").click()
     wait_for(d, lambda d: not help_box.is_displayed(), "the help to close")
+    assert_no_script_errors(d)
+
+
+def test_stored_conversations_bad_or_old_format_are_handled(server, browser):
+    d = browser
+    open_page(d, server)
+    good = {"id": "good-1", "title": "", "messages": [{"role": "user", "content": "Stored question"},
+                                                      {"role": "assistant", "content": "Stored **answer**",
+                                                       "status": "streaming"}]}
+
+    def reload_with(items):
+        d.execute_script("localStorage.clear(); for (const [k, v] of arguments[0]) localStorage.setItem(k, v);",
+                         [[k, v if isinstance(v, str) else json.dumps(v)] for k, v in items])
+        d.refresh()
+        wait_for(d, lambda d: d.execute_script("return document.documentElement.dataset.ready === '1'"), "the reload")
+
+    # one unreadable conversation is left out with a notice; the others load
+    reload_with([("k3chat.v2", {"conversations": [{"messages": "nope"}, good], "current": "good-1"})])
+    notice = d.find_element(By.ID, "notice")
+    assert "stored conversation 1" in notice.text and '"messages" must be an array' in notice.text, notice.text
+    assert conv_titles(d) == ["Stored question"]
+    state = page_state(d)
+    assert [m["content"] for m in state] == ["Stored question", "Stored **answer**"]
+    assert state[1]["status"] == "interrupted" and "interrupted" in state[1]["meta"]  # a reload cut it
+    assert d.execute_script("return document.querySelector('#messages .msg.assistant .content strong').textContent") == "answer"
+    # storage that is not JSON: the page starts empty
+    reload_with([("k3chat.v2", "{not json")])
+    assert conv_titles(d) == ["New chat"] and page_state(d) == []
+    # the single conversation of the earlier page version becomes the first of the list
+    reload_with([("k3chat.conversation.v1", {"messages": [{"role": "user", "content": "Old question"},
+                                                          {"role": "assistant", "content": "Old answer"}],
+                                             "settings": {"maxTokens": "77"}})])
+    assert conv_titles(d) == ["Old question"] and contents(d) == ["Old question", "Old answer"]
+    assert d.find_element(By.ID, "max-tokens").get_attribute("value") == "77"
+    # once saved in the new format, the old key is gone
+    conv_item(d, "Old question").find_element(By.CSS_SELECTOR, ".conv-open").click()
+    new_chat(d)
+    assert d.execute_script("return localStorage.getItem('k3chat.conversation.v1')") is None
+    assert json.loads(d.execute_script("return localStorage.getItem('k3chat.v2')"))["conversations"][0]["title"] == "Old question"
     assert_no_script_errors(d)

@@ -166,7 +166,8 @@
       }
       saved = old;
     }
-    conv = convs.find((c) => c.id === currentId) || null;
+    // the conversation on screen before the reload, else the newest one (the migrated one)
+    conv = convs.find((c) => c.id === currentId) || listed()[0] || null;
     if (!conv) {
       conv = makeConversation();
       convs.push(conv);
