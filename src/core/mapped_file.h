@@ -1,5 +1,9 @@
 // MappedFile: a whole file memory-mapped read-only (PROT_READ, MAP_PRIVATE). Pages are read
 // lazily by the kernel, so mapping a 16 GB shard costs nothing until its bytes are touched.
+// A file truncated while mapped makes the next access to a lost page raise SIGBUS: the first
+// MappedFile installs a SIGBUS handler (unless one is already installed) that prints which file
+// and byte faulted, then lets the signal end the process (a fault inside a parallel compute
+// kernel cannot be unwound safely). Files must not change while they are mapped.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -84,7 +84,9 @@ SafetensorsEntry parse_entry(const std::string& name, const json& v, uint64_t da
     throw Error(where + "data_offsets begin " + std::to_string(b) + " > end " + std::to_string(en));
   if (en > data_size)
     throw Error(where + "data_offsets [" + std::to_string(b) + ", " + std::to_string(en) +
-                ") outside the data region of " + std::to_string(data_size) + " bytes (file truncated?)");
+                ") outside the data region of " + std::to_string(data_size) + " bytes (file truncated? the file has " +
+                std::to_string(data_start + data_size) + " bytes, this tensor needs " + std::to_string(data_start + en) +
+                ")");
   if (!bytes)
     throw Error(where + "shape " + shape_str + ": byte count overflows 64 bits");
   if (*bytes != en - b)
@@ -198,9 +200,16 @@ SafetensorsHeader read_safetensors_header(const std::filesystem::path& path, uin
   return parse_safetensors_prefix(buf, size, origin);
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path, bool map_data)
-    : header_(read_safetensors_header(path)) {
-  if (map_data) file_ = std::make_unique<MappedFile>(path);
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path, bool map_data) {
+  uint64_t size = 0;
+  header_ = read_safetensors_header(path, &size);
+  if (map_data) {
+    file_ = std::make_unique<MappedFile>(path);
+    // The header was checked against `size`: a file that shrank since would fault on access.
+    if (file_->size() != size)
+      throw Error(path.string() + ": changed size while being opened (" + std::to_string(size) + " bytes, then " +
+                  std::to_string(file_->size()) + "); model files must not change while k3 runs");
+  }
 }
 
 }  // namespace k3

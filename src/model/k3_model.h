@@ -34,7 +34,9 @@ class SequenceState {
   int64_t n_past() const;                 ///< tokens consumed so far
   uint64_t bytes() const;                 ///< bytes held (KDA state + conv + MLA cache)
   /// Writes the state (file "K3SEQST1", version 2: JSON header with `meta`, fp32 payload,
-  /// CRC-32). Errors: k3::Error naming the file (cannot write, ids.size() != n_past).
+  /// CRC-32) atomically: a fresh temporary file in file's directory renamed onto `file` (a
+  /// symlink there is replaced, not followed; core/atomic_file.h). Errors: k3::Error naming the
+  /// file (cannot write, ids.size() != n_past).
   void save(const std::filesystem::path& file, const SequenceFileMeta& meta = {}) const;
   /// Reads a state written by save(). With `expect_fingerprint` non-empty, a state of another
   /// model (or numeric path) is refused. Errors (k3::Error naming the file, what was expected and

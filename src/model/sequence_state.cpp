@@ -7,6 +7,7 @@
 
 #include <zlib.h>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace k3 {
@@ -128,13 +129,13 @@ void SequenceState::save(const std::filesystem::path& file, const SequenceFileMe
   }
   h["layers"] = layers;
   const std::string hs = h.dump();
-  std::ofstream f(file, std::ios::binary | std::ios::trunc);
-  if (!f) throw Error("sequence state: cannot open '" + file.string() + "' for writing");
+  // A fresh temporary file beside `file`, renamed onto it once complete (core/atomic_file.h).
+  AtomicFile f(file.parent_path(), file.filename().string(), "sequence state");
   const uint64_t n = hs.size();
   uLong crc = crc32(0, nullptr, 0);
   auto write = [&](const void* p, size_t bytes) {
     if (bytes == 0) return;
-    f.write(static_cast<const char*>(p), static_cast<std::streamsize>(bytes));
+    f.write(p, bytes);
     for (size_t off = 0; off < bytes; off += 1u << 30)
       crc = crc32(crc, static_cast<const Bytef*>(p) + off, static_cast<uInt>(std::min<size_t>(bytes - off, 1u << 30)));
   };
@@ -151,8 +152,8 @@ void SequenceState::save(const std::filesystem::path& file, const SequenceFileMe
     }
   }
   const uint32_t c32 = static_cast<uint32_t>(crc);
-  f.write(reinterpret_cast<const char*>(&c32), 4);
-  if (!f) throw Error("sequence state: write to '" + file.string() + "' failed (disk full?)");
+  f.write(&c32, 4);
+  f.commit();
 }
 
 SequenceState SequenceState::load(const std::filesystem::path& file, const ModelConfig& cfg, SequenceFileMeta* meta,

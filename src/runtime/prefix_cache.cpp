@@ -136,8 +136,7 @@ void PrefixCache::write_to_disk_locked(const Block& b) {
   d.ids = b.ids;
   d.mla = b.mla;
   d.kda = b.kda;
-  disk_->write(d);
-  ++stats_.disk_writes;
+  if (disk_->write(d)) ++stats_.disk_writes;
 }
 
 void PrefixCache::evict_to_budget_locked(uint64_t incoming) {
@@ -410,6 +409,7 @@ PrefixCacheStats PrefixCache::stats() const {
     s.disk_bytes = disk_->bytes();
     s.disk_blocks = disk_->files();
     s.disk_rejected = disk_->rejected();
+    s.disk_write_failures = disk_->write_failures();
   }
   return s;
 }

@@ -70,6 +70,7 @@ struct PrefixCacheStats {
   uint64_t disk_reads = 0;       ///< blocks read back from disk
   uint64_t disk_writes = 0;      ///< blocks written to disk
   uint64_t disk_rejected = 0;    ///< disk files refused (corrupt, truncated, foreign): misses
+  uint64_t disk_write_failures = 0;  ///< blocks that could not be written to disk (disk full)
 };
 
 class PrefixCache {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace k3 {
@@ -40,7 +41,7 @@ bool parse_key(const std::string& stem, uint64_t* key) {
     if (d < 0) return false;
     v = v << 4 | static_cast<uint64_t>(d);
   }
-  *key = v;
+  if (key) *key = v;
   return true;
 }
 
@@ -49,17 +50,25 @@ bool parse_key(const std::string& stem, uint64_t* key) {
 PrefixCacheDisk::PrefixCacheDisk(std::filesystem::path dir, uint64_t budget_bytes, std::string fingerprint,
                                  int64_t block_tokens)
     : dir_(std::move(dir)), budget_(budget_bytes), fingerprint_(std::move(fingerprint)), block_tokens_(block_tokens) {
+  // The directory is trusted (a file there whose CRC matches is served), so it must be this
+  // user's and not writable by everyone; one process at a time uses it.
+  check_private_dir(dir_, "--cache-dir");
+  lock_ = std::make_unique<DirLock>(dir_, "--cache-dir");
   std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (!std::filesystem::is_directory(dir_, ec))
-    throw Error("--cache-dir: '" + dir_.string() + "' is not a directory and cannot be created" +
-                (ec ? ": " + ec.message() : std::string()));
   struct Found {
     std::filesystem::file_time_type t;
     uint64_t key, bytes;
   };
   std::vector<Found> found;
   for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+    // ".<key>.k3pc.<random>": the temporary file of a write that never finished (the lock says
+    // that no other process is writing here).
+    const std::string fn = e.path().filename().string();
+    if (fn.size() > 23 && fn[0] == '.' && fn.compare(17, 6, ".k3pc.") == 0 && parse_key(fn.substr(1, 16), nullptr)) {
+      std::error_code rec;
+      std::filesystem::remove(e.path(), rec);
+      continue;
+    }
     if (!e.is_regular_file(ec) || e.path().extension() != ".k3pc") continue;
     uint64_t key = 0;
     if (!parse_key(e.path().stem().string(), &key)) continue;
@@ -98,7 +107,7 @@ void PrefixCacheDisk::reject(uint64_t key, const std::string& why) {
   remove(key);
 }
 
-void PrefixCacheDisk::write(const DiskBlock& b) {
+bool PrefixCacheDisk::write(const DiskBlock& b) {
   nlohmann::json h;
   h["format"] = "k3-prefix-block";
   h["version"] = kVersion;
@@ -121,32 +130,23 @@ void PrefixCacheDisk::write(const DiskBlock& b) {
   if (!b.kda.empty()) buf.append(reinterpret_cast<const char*>(b.kda.data()), b.kda.size() * 4);
   const uint32_t crc = crc_of(buf.data(), buf.size());
   buf.append(reinterpret_cast<const char*>(&crc), 4);
-  if (buf.size() > budget_) return;  // never fits
+  if (buf.size() > budget_) return false;  // never fits
   remove(b.key);
   while (bytes_ + buf.size() > budget_ && !lru_.empty()) remove(lru_.front());
-  // A per-process temporary name: two servers may share one directory.
-  const std::filesystem::path p = path_of(b.key), tmp = p.string() + "." + std::to_string(::getpid()) + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(buf.data(), static_cast<std::streamsize>(buf.size()));
-    if (!f) {
-      std::fprintf(stderr, "k3: prefix cache: cannot write '%s' (disk full?); the block is not kept on disk\n",
-                   tmp.c_str());
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      return;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, p, ec);
-  if (ec) {
-    std::fprintf(stderr, "k3: prefix cache: cannot rename '%s': %s\n", tmp.c_str(), ec.message().c_str());
-    std::filesystem::remove(tmp, ec);
-    return;
+  // A fresh temporary file renamed onto the block's name. No fsync: a file torn by a crash fails
+  // its CRC and is a miss.
+  try {
+    write_file_atomic(dir_, path_of(b.key).filename().string(), buf, "prefix cache", /*durable=*/false);
+  } catch (const Error& e) {
+    if (write_failures_++ == 0)
+      std::fprintf(stderr, "k3: prefix cache: %s; blocks that cannot be written are not kept on disk (reported once, "
+                           "counted in the disk write failures)\n", e.what());
+    return false;
   }
   lru_.push_back(b.key);
   files_[b.key] = {buf.size(), std::prev(lru_.end())};
   bytes_ += buf.size();
+  return true;
 }
 
 std::optional<DiskBlock> PrefixCacheDisk::read(uint64_t key, uint64_t expect_mla, uint64_t expect_kda) {

@@ -11,11 +11,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <list>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "core/atomic_file.h"
 
 namespace k3 {
 
@@ -30,15 +33,20 @@ struct DiskBlock {
 
 class PrefixCacheDisk {
  public:
-  /// Opens (creates) `dir` and indexes the *.k3pc files in it (oldest modification first).
-  /// Errors: k3::Error "--cache-dir: ..." when it cannot be created or is not a directory.
+  /// Opens (creates, mode 0700) `dir`, locks it for this object's life (core/atomic_file.h
+  /// DirLock), removes the temporary files of unfinished writes and indexes the *.k3pc files
+  /// (oldest modification first). Errors: k3::Error "--cache-dir: ..." when it cannot be created,
+  /// is not a directory, is not this user's or is writable by every user (check_private_dir), or
+  /// is locked by another process.
   PrefixCacheDisk(std::filesystem::path dir, uint64_t budget_bytes, std::string fingerprint,
                   int64_t block_tokens);
 
-  /// Writes `b` (replacing an older file of the same key), then removes the least recently
-  /// used files until the directory fits the budget. Errors are reported on stderr once and
-  /// the block is simply not kept (the disk tier is a cache).
-  void write(const DiskBlock& b);
+  /// Writes `b` (replacing an older file of the same key) through a temporary file renamed
+  /// into place, after removing the least recently used files until the directory fits the
+  /// budget. A failed write (disk full) is counted in write_failures(), reported on stderr the
+  /// first time only, and the block is simply not kept (the disk tier is a cache).
+  /// Returns whether the block is now on disk.
+  bool write(const DiskBlock& b);
   /// Reads block `key` when a valid file of this model holds it; nullopt otherwise (a bad file
   /// is reported once and removed). `expect_mla` / `expect_kda_max` bound the payload sizes.
   std::optional<DiskBlock> read(uint64_t key, uint64_t expect_mla, uint64_t expect_kda);
@@ -51,6 +59,7 @@ class PrefixCacheDisk {
   uint64_t bytes() const { return bytes_; }
   uint64_t files() const { return files_.size(); }
   uint64_t rejected() const { return rejected_; }
+  uint64_t write_failures() const { return write_failures_; }
 
  private:
   std::filesystem::path path_of(uint64_t key) const;
@@ -69,6 +78,8 @@ class PrefixCacheDisk {
   std::list<uint64_t> lru_;
   uint64_t bytes_ = 0;
   uint64_t rejected_ = 0;
+  uint64_t write_failures_ = 0;
+  std::unique_ptr<DirLock> lock_;
 };
 
 }  // namespace k3

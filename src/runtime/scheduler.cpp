@@ -342,11 +342,8 @@ Scheduler::SlotFileResult Scheduler::save_slot(int64_t id, const std::filesystem
   }
   meta.fingerprint = fingerprint;
   Timer t;
-  const std::filesystem::path tmp = file.string() + ".tmp";
-  copy->save(tmp, meta);
+  copy->save(file, meta);  // a unique temporary file renamed onto `file`: concurrent saves never mix
   std::error_code ec;
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) throw Error("cannot rename '" + tmp.string() + "' to '" + file.string() + "': " + ec.message());
   SlotFileResult r;
   r.n_tokens = copy->n_past();
   r.bytes = std::filesystem::file_size(file, ec);

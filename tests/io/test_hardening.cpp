@@ -4,7 +4,9 @@
 // (item 3).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -232,5 +234,42 @@ TEST(SafetensorsHardening, HeaderReadWithPreadMatchesWholeFileParse) {
     FAIL() << "truncated file accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("outside the data region"), std::string::npos) << e.what();
+  }
+}
+
+// Shard names from the index stay inside the checkpoint directory (finding F17), and a shard
+// shorter than its header says is refused naming it and both sizes (finding F14).
+TEST(CheckpointHardening, IndexEntriesOutsideTheDirectoryAndTruncatedShardsAreRefused) {
+  for (const std::string bad : {"/etc/passwd", "..", ".", "sub/model.safetensors", "../x.safetensors", ""}) {
+    k3test::TempDir d;
+    k3test::FxCheckpoint fx = k3test::tiny_checkpoint();
+    fx.edit_index = [&](json& j) { j["weight_map"]["language_model.model.norm.weight"] = bad; };
+    fx.write(d.path());
+    try {
+      Checkpoint::open(d.path());
+      ADD_FAILURE() << "index entry \"" << bad << "\" accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("weight_map[\"language_model.model.norm.weight\"] = \"" + bad +
+                                           "\" is not a plain file name inside the checkpoint directory"),
+                std::string::npos) << e.what();
+    }
+  }
+  k3test::TempDir d;
+  k3test::tiny_checkpoint().write(d.path());
+  std::vector<std::filesystem::path> shards;
+  for (const auto& e : std::filesystem::directory_iterator(d.path()))
+    if (e.path().extension() == ".safetensors") shards.push_back(e.path());
+  std::sort(shards.begin(), shards.end());
+  ASSERT_FALSE(shards.empty());
+  const uint64_t size = std::filesystem::file_size(shards[0]);
+  std::filesystem::resize_file(shards[0], size - 10);
+  try {
+    Checkpoint::open(d.path());
+    FAIL() << "truncated shard accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind(shards[0].string() + ": ", 0), 0u) << m;
+    EXPECT_NE(m.find("file truncated? the file has " + std::to_string(size - 10) + " bytes, this tensor needs "),
+              std::string::npos) << m;
   }
 }

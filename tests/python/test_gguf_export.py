@@ -379,3 +379,72 @@ def test_malformed_tiktoken_and_config(tmp_path, tiny):
     assert "config.json: missing key text_config.kv_lora_rank" in one_error(run_cli(d, tmp_path / "o.gguf"))
     os.remove(d / "config.json")
     assert f"{d / 'config.json'}: not found" in one_error(run_cli(d, tmp_path / "o.gguf"))
+
+
+# --- index entries outside the folder, user errors without tracebacks (finding F17) ------------------
+
+def copy_with_index_entry(tmp_path, tiny, value, name="cp"):
+    d = tmp_path / name
+    shutil.copytree(tiny, d)
+    p = d / "model.safetensors.index.json"
+    j = json.loads(p.read_text())
+    key = sorted(j["weight_map"])[0]
+    j["weight_map"][key] = value
+    p.write_text(json.dumps(j))
+    return d, key
+
+
+@pytest.mark.parametrize("entry", ["../x.safetensors", "/etc/passwd", "sub/model.safetensors", "..", "",
+                                   "..\\x.safetensors"])
+def test_index_entry_outside_the_folder_is_refused(tmp_path, tiny, entry):
+    """F17: an index naming a file outside the checkpoint folder is refused before anything is
+    opened, with one line naming the index entry (no traceback)."""
+    d, key = copy_with_index_entry(tmp_path, tiny, entry)
+    msg = one_error(run_cli(d, tmp_path / "o.gguf"))
+    assert f'weight_map["{key}"] = "{entry}" is not a plain file name inside the checkpoint folder' in msg
+    assert os.listdir(tmp_path) == ["cp"]  # no output, no temporary file
+
+
+def test_malformed_inputs_are_one_line_errors(tmp_path, tiny):
+    """F17: user errors the exporter does not name specifically still end in one
+    'gguf_export: error:' line and exit 1, never a Python traceback."""
+    d, key = copy_with_index_entry(tmp_path, tiny, 5, "int")
+    assert f'weight_map["{key}"] must be a file name string, found int' in one_error(run_cli(d, tmp_path / "o.gguf"))
+    d = tmp_path / "toplist"
+    shutil.copytree(tiny, d)
+    (d / "model.safetensors.index.json").write_text("[1, 2]")
+    assert "malformed index (expected a JSON object)" in one_error(run_cli(d, tmp_path / "o.gguf"))
+    d = tmp_path / "cfgtype"
+    shutil.copytree(tiny, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["text_config"]["num_hidden_layers"] = "x"
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert f"{d}: malformed checkpoint" in one_error(run_cli(d, tmp_path / "o.gguf"))
+    # a shard symlinked to a file that is not safetensors: followed (as the C++ loader does, for
+    # Hugging Face cache layouts), refused by its header, one line
+    d = tmp_path / "link"
+    shutil.copytree(tiny, d)
+    shard = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))[0]
+    os.remove(d / shard)
+    os.symlink("/etc/passwd", d / shard)
+    assert shard in one_error(run_cli(d, tmp_path / "o.gguf"))
+    # --out in a directory that does not exist
+    assert "does not exist" in one_error(run_cli(tiny, tmp_path / "nowhere" / "o.gguf"))
+
+
+def test_planted_symlink_at_the_old_temp_name_is_not_followed(tmp_path, tiny, tiny_gguf):
+    """The output is written through a fresh temporary file: a symlink planted at OUT.tmp (the
+    old fixed name) or at OUT itself never redirects the write."""
+    outside = tmp_path / "outside"
+    outside.write_text("keep")
+    out = tmp_path / "o.gguf"
+    os.symlink(outside, str(out) + ".tmp")
+    r = run_cli(tiny, out)
+    assert r.returncode == 0, r.stderr
+    assert outside.read_text() == "keep"
+    assert open(out, "rb").read() == open(tiny_gguf, "rb").read()
+    os.remove(out)
+    os.symlink(outside, out)
+    assert run_cli(tiny, out).returncode == 0
+    assert outside.read_text() == "keep" and not os.path.islink(out)
+    assert sorted(os.listdir(tmp_path)) == ["o.gguf", "o.gguf.tmp", "outside"]

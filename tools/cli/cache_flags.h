@@ -32,7 +32,8 @@ struct CacheFlags {
         ->capture_default_str()->check(IntRange(0, int64_t{1} << 40));
     sub->add_option("--cache-dir", dir,
                     "prefix cache disk tier: evicted blocks (and all blocks at exit) are written here and read "
-                    "back, across restarts");
+                    "back, across restarts (trusted: it must be this user's, not writable by every user, and used by one "
+                    "process at a time)");
     sub->add_option("--cache-disk", disk_mib, "prefix cache disk budget in MiB (with --cache-dir)")
         ->capture_default_str()->check(IntRange(1, int64_t{1} << 40));
     sub->add_option("--cache-block", block,

@@ -264,11 +264,11 @@ void run(const ChatCliOptions& o) {
       meta.fingerprint = fingerprint;
       meta.ids = prompt;
       meta.extra_json = nlohmann::ordered_json({{"messages", messages}}).dump();
-      const std::string tmp = o.state_save + ".tmp";
-      at_prompt.save(tmp, meta);
-      std::error_code ec;
-      std::filesystem::rename(tmp, o.state_save, ec);
-      if (ec) throw k3::Error("--state-save: cannot rename '" + tmp + "' to '" + o.state_save + "': " + ec.message());
+      try {
+        at_prompt.save(o.state_save, meta);  // written to a temporary file, then renamed onto the name
+      } catch (const k3::Error& e) {
+        throw k3::Error(std::string("--state-save: ") + e.what());
+      }
     }
     if (o.stats) {
       k3::RunStats st;

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "command.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "cache_flags.h"
 #include "gen_flags.h"
@@ -131,6 +132,9 @@ void serve(const ServeOptions& o) {
   std::error_code ec;
   if (!std::filesystem::is_directory(o.gen.model_dir, ec))
     throw k3::Error("-m/--model: '" + o.gen.model_dir + "' is not a directory (expected a K3 checkpoint directory)");
+  // The directories whose files k3 reads back are checked before the model is loaded.
+  if (!o.slot_save_path.empty()) k3::check_private_dir(o.slot_save_path, "--slot-save-path");
+  if (!o.cache.dir.empty() && !o.cache.no_cache) k3::check_private_dir(o.cache.dir, "--cache-dir");
   k3cli::set_threads(o.gen.threads);
   std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
 
@@ -159,13 +163,7 @@ void serve(const ServeOptions& o) {
   const std::unique_ptr<k3::PrefixCache> cache = o.cache.make(lm);
   so.cache = cache.get();
   std::string fingerprint = k3::model_fingerprint(*lm.checkpoint, *lm.model);
-  if (!o.slot_save_path.empty()) {
-    std::error_code sec;
-    std::filesystem::create_directories(o.slot_save_path, sec);
-    if (!std::filesystem::is_directory(o.slot_save_path, sec))
-      throw k3::Error("--slot-save-path: '" + o.slot_save_path + "' is not a directory and cannot be created");
-    so.keep_slot_states = true;
-  }
+  if (!o.slot_save_path.empty()) so.keep_slot_states = true;
   // Speculative decoding: one drafter per sequence; the draft model (if any) outlives the scheduler.
   k3::LoadedModel draft;
   so.speculation = o.spec.make_serve(lm, o.gen.model_options(), o.gen.n_ctx, draft);
@@ -281,7 +279,7 @@ k3cli::Registrar reg("serve", "OpenAI-compatible HTTP server (llama-server flags
                        o->spec.add_to(sub);
                        sub->add_option("--slot-save-path", o->slot_save_path,
                                        "directory for POST /slots/{id}?action=save|restore files (slots then keep "
-                                       "their last sequence's state)");
+                                       "their last sequence's state; it must be this user's and not writable by every user)");
                        sub->callback([o] { serve(*o); });
                      });
 

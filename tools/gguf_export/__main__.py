@@ -1,5 +1,5 @@
 """CLI: python -m tools.gguf_export --model DIR --out FILE.gguf [--no-tokenizer]. Exit 1 with one
-'gguf_export: error: ...' line on bad input."""
+'gguf_export: error: ...' line on bad input (never a Python traceback)."""
 from __future__ import annotations
 
 import argparse
@@ -25,8 +25,16 @@ def main(argv=None) -> int:
         print(f"gguf_export: error: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        print(f"gguf_export: error: {e.filename or a.out}: {e.strerror}", file=sys.stderr)
+        print(f"gguf_export: error: {e.filename or a.out}: {e.strerror or e}", file=sys.stderr)
         return 1
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError) as e:
+        # Input the checks above do not name (a key of the wrong type deep in config.json, a
+        # malformed safetensors header field): one line, the folder and what failed.
+        print(f"gguf_export: error: {a.model}: malformed checkpoint ({type(e).__name__}: {e})", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("gguf_export: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

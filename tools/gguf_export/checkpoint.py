@@ -24,6 +24,18 @@ class CheckpointError(ValueError):
     """Bad checkpoint folder; the message names the file and the tensor or key."""
 
 
+def _check_shard_name(idx: str, name, fn) -> None:
+    """An index entry must name a plain file inside the checkpoint folder (as the C++ loader
+    requires): no directory part, not '.' or '..', not absolute. A shard that is itself a symlink
+    is followed (Hugging Face cache snapshots link their files to ../../blobs)."""
+    if not isinstance(fn, str):
+        raise CheckpointError(f'{idx}: weight_map["{name}"] must be a file name string, found {type(fn).__name__}')
+    if (not fn or fn in (".", "..") or "/" in fn or "\\" in fn or "\0" in fn or os.path.isabs(fn)
+            or os.path.basename(fn) != fn):
+        raise CheckpointError(f'{idx}: weight_map["{name}"] = "{fn}" is not a plain file name inside the '
+                              f"checkpoint folder")
+
+
 class Checkpoint:
     """config: the wrapper config.json dict; tc: its text_config. tensor(name) → read-only
     memory-mapped ndarray in storage dtype (BF16 as uint16 bits), name without `language_model.`."""
@@ -50,11 +62,16 @@ class Checkpoint:
         if os.path.isfile(idx):
             try:
                 with open(idx, encoding="utf-8") as f:
-                    weight_map = json.load(f)["weight_map"]
+                    index = json.load(f)
+                if not isinstance(index, dict):
+                    raise TypeError("expected a JSON object")
+                weight_map = index["weight_map"]
                 if not isinstance(weight_map, dict):
                     raise TypeError("weight_map is not an object")
             except (ValueError, KeyError, TypeError) as e:
                 raise CheckpointError(f"{idx}: malformed index ({e})") from None
+            for name, fn in weight_map.items():
+                _check_shard_name(idx, name, fn)
             files = sorted(set(weight_map.values()))
         elif os.path.isfile(os.path.join(self.dir, "model.safetensors")):
             weight_map, files = None, ["model.safetensors"]

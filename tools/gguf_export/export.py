@@ -24,6 +24,7 @@ Types: 2-D+ BF16 matrices are copied bit for bit as BF16; 1-D BF16 vectors are w
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
@@ -260,14 +261,28 @@ def write_metadata(w: gguf.GGUFWriter, ck: Checkpoint, name: str, with_tokenizer
 
 
 def export(model_dir: str, out_path: str, with_tokenizer: bool = True, log=print) -> list[Planned]:
-    """Export model_dir to out_path (written to out_path + '.tmp', then renamed). Returns the plan.
+    """Export model_dir to out_path (written to a unique temporary file beside it, then renamed).
+    Returns the plan.
     Raises CheckpointError / vocab.VocabError naming the file, key or tensor."""
     ck = Checkpoint(model_dir)
     check_config(ck.tc, model_dir)
     ck.validate()
     tensors = plan(ck)
-    tmp = out_path + ".tmp"
-    w = gguf.GGUFWriter(tmp, ARCH)
+    # A fresh temporary file beside out_path (created with O_EXCL, so a file or symlink planted
+    # under any name is never written through), renamed onto it when complete.
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    if not os.path.isdir(out_dir):
+        raise CheckpointError(f"--out {out_path}: directory {out_dir} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(out_path) + ".", suffix=".tmp", dir=out_dir)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # the mode a plain open() would have given
+    try:
+        w = gguf.GGUFWriter(tmp, ARCH)
+    except BaseException:
+        os.remove(tmp)
+        raise
     try:
         write_metadata(w, ck, os.path.basename(os.path.normpath(model_dir)), with_tokenizer)
         for t in tensors:

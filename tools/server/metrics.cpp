@@ -106,6 +106,8 @@ std::string Metrics::render(const SchedulerStats& s, const std::string& model, c
     gauge("prefix_cache_disk_writes_total", "counter", "Blocks written to the disk tier.", d(cache->disk_writes));
     gauge("prefix_cache_disk_rejected_total", "counter", "Disk tier files refused (corrupt, truncated, foreign).",
           d(cache->disk_rejected));
+    gauge("prefix_cache_disk_write_failures_total", "counter",
+          "Blocks that could not be written to the disk tier (disk full; logged once).", d(cache->disk_write_failures));
   }
 
   std::lock_guard<std::mutex> lk(mu_);
