@@ -438,7 +438,7 @@ def test_load_64_concurrent_streams_equal_lone_runs_and_disconnects(server):
         assert together[i][2] in ("stop", "length")
     deadline = time.time() + 20
     while True:
-        m = httpx.get(server.url + "/metrics").text
+        m = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text  # behind --api-key
         if metric(m, "num_requests_running") == 0 and metric(m, "num_requests_waiting") == 0:
             break
         assert time.time() < deadline, "running/waiting gauges did not return to 0:\n" + m
