@@ -89,13 +89,18 @@ def test_f5_cross_site_completion_and_slot_save_are_refused(open_server):
 
 def test_f5_json_endpoints_refuse_other_content_types_with_415(open_server):
     s = open_server
+    # a form post as a browser sends it (cpp-httplib parses multipart itself: the body must be well-formed)
+    form = '--x\r\nContent-Disposition: form-data; name="prompt"\r\n\r\nAnd God said\r\n--x--\r\n'
     for ct in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
                "application/json; charset=latin1"):
-        e = error_of(post(s, "/v1/completions", COMPLETION, {"Content-Type": ct}), 415)
+        body = form if ct.startswith("multipart") else json.dumps(COMPLETION)
+        e = error_of(post(s, "/v1/completions", body, {"Content-Type": ct}), 415)
         assert e["param"] == "Content-Type" and "application/json" in e["message"] and ct in e["message"]
-        error_of(post(s, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
-                      {"Content-Type": ct}), 415)
-        error_of(post(s, "/tokenize", {"prompt": "x"}, {"Content-Type": ct}), 415)
+        assert e["type"] == "UnsupportedMediaTypeError"
+        if not ct.startswith("multipart"):
+            error_of(post(s, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]},
+                          {"Content-Type": ct}), 415)
+            error_of(post(s, "/tokenize", {"prompt": "x"}, {"Content-Type": ct}), 415)
     for ct in ("application/json", "application/json; charset=utf-8", "Application/JSON;charset=UTF-8"):
         assert post(s, "/v1/completions", COMPLETION, {"Content-Type": ct}).status_code == 200
     # a client that sends no Content-Type (raw HTTP, httpx content=) is not a browser: accepted
