@@ -106,6 +106,10 @@ uint64_t PrefixCache::block_key(uint64_t parent, std::span<const int32_t> ids) c
   return fnv1a64(ids.data(), ids.size() * sizeof(int32_t), h);
 }
 
+uint64_t PrefixCache::root_key(uint64_t partition) const {
+  return partition == 0 ? fp_hash_ : fnv1a64(&partition, sizeof partition, fp_hash_ ^ 0x9e3779b97f4a7c15ull);
+}
+
 void PrefixCache::touch_locked(Block& b) { b.tick = ++tick_; }
 
 void PrefixCache::unpin(const std::vector<uint64_t>& keys, uint64_t generation) {
@@ -215,7 +219,7 @@ std::vector<int64_t> PrefixCache::snapshot_points(int64_t n_prompt) const {
   return pts;
 }
 
-int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* state, Pin* pin) {
+int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* state, Pin* pin, uint64_t partition) {
   if (state == nullptr || !state->impl || state->impl->n_past != 0)
     throw Error("prefix cache: lookup needs a fresh sequence state");
   const int64_t B = opt_.block_tokens;
@@ -224,7 +228,7 @@ int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* stat
   ++stats_.lookups;
   stats_.tokens_looked_up += static_cast<uint64_t>(n);
   std::vector<Block*> chain;
-  uint64_t parent = fp_hash_;
+  uint64_t parent = root_key(partition);
   // The hit leaves at least one id to compute (its logits are needed). A resume that leaves
   // exactly one id would run it alone (absorbed MLA, KDA decode step) where a one-pass prefill
   // runs it inside a longer piece, unless n-1 is on the prefill-chunk grid: then keep two, so
@@ -291,7 +295,8 @@ int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* stat
   return L;
 }
 
-void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const SequenceState& seq, Pin* pin) {
+void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const SequenceState& seq, Pin* pin,
+                        uint64_t partition) {
   if (!seq.impl || seq.impl->n_past != static_cast<int64_t>(ids.size()))
     throw Error("prefix cache: store of " + std::to_string(ids.size()) + " ids from a sequence holding " +
                 std::to_string(seq.n_past()));
@@ -306,7 +311,7 @@ void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const Se
   std::unordered_set<uint64_t> pinned;
   if (pin != nullptr) pinned.insert(pin->keys_.begin(), pin->keys_.end());
   std::vector<Block*> walk;  // temporarily held so that eviction cannot take the chain apart
-  uint64_t parent = fp_hash_;
+  uint64_t parent = root_key(partition);
   const SequenceState::Impl& im = *seq.impl;
   bool complete = true;
   // Blocks this sequence already walked (pinned, so present unless clear() ran) are not

@@ -4,6 +4,8 @@
 // A prompt is cut into blocks of B token ids (block_tokens). Block b's key chains the previous
 // block's key, the model fingerprint and its B ids (vLLM's block hash), so a key names a whole
 // prefix; the ids are stored too and compared on every hit (no wrong answer on a collision).
+// Block 0's parent is the fingerprint hash salted with the request's partition (0 = shared), so
+// that clients in different partitions never reuse (nor time) each other's blocks.
 // Each cached block holds, for every MLA layer, the B latent rows it appended
 // ([n_mla_layers, B, kv_lora_rank + rope_dim] fp32). KDA layers keep one recurrent state per
 // sequence, which can only be resumed where it was copied, so some block ends also hold a KDA
@@ -109,7 +111,9 @@ class PrefixCache {
   /// of reused ids L (0 on a miss: `*state` untouched) and sets *state to a sequence holding
   /// prompt[0, L) (its MLA caches keep their reserved capacity when `*state` is fresh). The hit
   /// chain is pinned in *pin. L < prompt.size() always (the last id's logits are needed).
-  int64_t lookup(std::span<const int32_t> prompt, SequenceState* state, Pin* pin);
+  /// `partition` (0 = shared) salts the key chain: only blocks stored with the same partition
+  /// are found (in RAM and on disk).
+  int64_t lookup(std::span<const int32_t> prompt, SequenceState* state, Pin* pin, uint64_t partition = 0);
 
   /// Positions in (0, n_prompt) where a prefill of an n_prompt-id prompt must stop for a KDA
   /// snapshot (ascending): multiples of snapshot_every·B, and the replay boundary.
@@ -120,8 +124,9 @@ class PrefixCache {
   /// listed by snapshot_points(n_prompt) and that block has none. Blocks stored are pinned in
   /// *pin (may be null). A block that does not fit the budget is not stored. Only committed
   /// prefill states may be stored (never a speculative one). Errors: k3::Error when
-  /// seq.n_past() != ids.size().
-  void store(std::span<const int32_t> ids, int64_t n_prompt, const SequenceState& seq, Pin* pin);
+  /// seq.n_past() != ids.size(). `partition`: as for lookup() (a pin's chain must keep one).
+  void store(std::span<const int32_t> ids, int64_t n_prompt, const SequenceState& seq, Pin* pin,
+             uint64_t partition = 0);
 
   /// Drops every RAM block (pinned ones too) and deletes the disk tier's files.
   void clear();
@@ -144,6 +149,8 @@ class PrefixCache {
   void evict_to_budget_locked(uint64_t incoming);
   void touch_locked(Block& b);
   uint64_t block_key(uint64_t parent, std::span<const int32_t> ids) const;
+  /// The parent of block 0 of `partition`: the fingerprint hash, salted unless partition is 0.
+  uint64_t root_key(uint64_t partition) const;
   Block* find_locked(uint64_t key, uint64_t parent, std::span<const int32_t> ids, int64_t index);
   void insert_locked(std::unique_ptr<Block> b);
   void write_to_disk_locked(const Block& b);

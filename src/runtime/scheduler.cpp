@@ -249,7 +249,7 @@ void Scheduler::engine_loop() {
           for (int64_t k = 0; k < opt_.n_parallel; ++k) {
             if (busy_[static_cast<size_t>(k)]) continue;
             const Kept& kp = kept_[static_cast<size_t>(k)];
-            const bool extends = kp.state && kp.ids.size() < p.req.prompt.size() &&
+            const bool extends = kp.state && kp.partition == p.req.cache_partition && kp.ids.size() < p.req.prompt.size() &&
                                  std::equal(kp.ids.begin(), kp.ids.end(), p.req.prompt.begin());
             if (extends && kp.ids.size() > kept_len) id = k, kept_len = kp.ids.size();
           }
@@ -263,7 +263,7 @@ void Scheduler::engine_loop() {
           std::vector<int64_t> cuts;
           bool from_kept = false;
           if (opt_.cache != nullptr) {
-            reused = opt_.cache->lookup(p.req.prompt, &seq, &pin);
+            reused = opt_.cache->lookup(p.req.prompt, &seq, &pin, p.req.cache_partition);
             cuts = opt_.cache->snapshot_points(n_prompt);
           }
           if (kept_len > static_cast<size_t>(reused)) {  // the slot's own sequence continues
@@ -323,6 +323,7 @@ void Scheduler::retire(Slot& s) {
   k.ids.insert(k.ids.end(), s.out.begin(), s.out.end());
   k.ids.resize(static_cast<size_t>(s.seq.n_past()));  // the last sampled id was never fed
   k.state = std::move(s.seq);
+  k.partition = s.req.cache_partition;
   kept_[static_cast<size_t>(s.id)] = std::move(k);
 }
 
@@ -496,7 +497,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
           (s.prefilled % static_cast<size_t>(opt_.cache->options().block_tokens) == 0 || s.decoding())) {
         try {
           opt_.cache->store(std::span<const int32_t>(s.req.prompt).first(s.prefilled),
-                            static_cast<int64_t>(s.req.prompt.size()), s.seq, &s.pin);
+                            static_cast<int64_t>(s.req.prompt.size()), s.seq, &s.pin, s.req.cache_partition);
         } catch (const std::exception&) {  // e.g. out of memory: the cache is best effort
         }
       }

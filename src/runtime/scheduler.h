@@ -54,6 +54,9 @@ struct SeqRequest {
   /// false: no speculative decoding for this request even when the scheduler has a drafter
   /// (the request's `"speculative": false`). Output is the same either way for greedy.
   bool speculative = true;
+  /// Prefix-cache partition (0 = shared): the sequence reuses and stores cached blocks of this
+  /// partition only, and continues a kept slot state only of the same partition.
+  uint64_t cache_partition = 0;
 };
 
 /// Why a sequence ended.
@@ -221,6 +224,7 @@ class Scheduler {
   struct Kept {
     std::vector<int32_t> ids;               ///< the ids the state holds
     std::optional<SequenceState> state;
+    uint64_t partition = 0;                 ///< SeqRequest::cache_partition of its sequence
   };
   std::vector<Kept> kept_;    ///< [n_parallel] (guarded by mu_)
   std::vector<bool> busy_;    ///< [n_parallel] slot id in use (guarded by mu_)

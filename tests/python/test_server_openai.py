@@ -438,7 +438,7 @@ def test_load_64_concurrent_streams_equal_lone_runs_and_disconnects(server):
         assert together[i][2] in ("stop", "length")
     deadline = time.time() + 20
     while True:
-        m = httpx.get(server.url + "/metrics").text
+        m = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text  # behind --api-key
         if metric(m, "num_requests_running") == 0 and metric(m, "num_requests_waiting") == 0:
             break
         assert time.time() < deadline, "running/waiting gauges did not return to 0:\n" + m
@@ -500,7 +500,7 @@ def test_non_streaming_answer_heartbeats_and_is_cancelled_when_the_client_hangs_
         # a client that sends a long non-streaming request and hangs up (curl --max-time 1)
         sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
         req = json.dumps(long_body()).encode()
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: " + str(len(req)).encode() + b"\r\n\r\n" + req)
         deadline = time.time() + 10
         while metric(httpx.get(s.url + "/metrics").text, "num_requests_running") < 1:

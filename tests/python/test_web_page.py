@@ -70,7 +70,7 @@ class Server(server_fixture.Server):
         return r.json()["choices"][0]["message"]
 
     def metrics(self):
-        return httpx.get(self.url + "/metrics", timeout=10).text
+        return httpx.get(self.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).text
 
 
 @pytest.fixture(scope="module")

@@ -549,4 +549,60 @@ TEST(PrefixCache, SnapshotPolicy) {
   EXPECT_EQ(p129.back(), 128);
 }
 
+// Partitions (k3 serve --cache-partition): a prompt cached in one partition is a miss in every
+// other one, in RAM and in the disk tier after a restart, and a hit in its own; the outputs are
+// those of the request run alone either way (the cache changes speed only).
+TEST(PrefixCache, PartitionsNeverHitEachOthersBlocksInRamOrOnDisk) {
+  const k3::Model& m = model_chunk(64);
+  TempDir dir;
+  const std::vector<int32_t> system = ids_of(330, 21);
+  const std::vector<int32_t> x = cat(system, ids_of(40, 22)), w = ids_of(200, 23);
+  auto alone = [&](const std::vector<int32_t>& p) {
+    k3::SequenceState s = m.new_sequence();
+    std::vector<float> l = k3::prefill(m, s, p, 512);
+    return greedy(m, s, l, 8);
+  };
+  const uint64_t kA = 0x1111, kB = 0x2222;
+  {
+    auto cache = make_cache(m, 64, 256ull << 20, dir.p);
+    k3::Scheduler::Options so;
+    so.n_parallel = 1;
+    so.step_tokens = 128;
+    so.cache = cache.get();
+    k3::Scheduler sched(m, so);
+    auto in = [&](uint64_t part) {
+      k3::SeqRequest r = request(x, 8);
+      r.cache_partition = part;
+      return r;
+    };
+    k3::SeqRequest first = request(system, 8);
+    first.cache_partition = kA;
+    EXPECT_EQ(drain(*sched.submit(std::move(first))), alone(system));
+    EXPECT_EQ(drain(*sched.submit(in(kB))), alone(x));  // another partition: recomputed
+    EXPECT_EQ(sched.stats().prompt_tokens_reused, 0u);
+    EXPECT_EQ(drain(*sched.submit(in(0))), alone(x));   // the shared partition: recomputed
+    EXPECT_EQ(sched.stats().prompt_tokens_reused, 0u);
+    EXPECT_EQ(drain(*sched.submit(in(kA))), alone(x));  // its own partition: a hit
+    EXPECT_EQ(sched.stats().prompt_tokens_reused, 320u);
+    EXPECT_EQ(cache->stats().hits, 1u);
+    k3::SeqRequest only_a = request(w, 8);  // cached in partition A only
+    only_a.cache_partition = kA;
+    EXPECT_EQ(drain(*sched.submit(std::move(only_a))), alone(w));
+  }  // destruction writes every block to the directory
+  auto c2 = make_cache(m, 64, 256ull << 20, dir.p);
+  const std::vector<int32_t> w2 = cat(w, ids_of(10, 24));
+  for (uint64_t part : {kB, uint64_t{0}}) {
+    k3::SequenceState s = m.new_sequence();
+    k3::PrefixCache::Pin pin;
+    EXPECT_EQ(c2->lookup(w2, &s, &pin, part), 0) << "partition " << part;
+  }
+  EXPECT_EQ(c2->stats().disk_reads, 0u);
+  k3::SequenceState s = m.new_sequence(), ref = m.new_sequence();
+  k3::PrefixCache::Pin pin;
+  EXPECT_EQ(c2->lookup(w2, &s, &pin, kA), 192);
+  EXPECT_EQ(c2->stats().disk_reads, 3u);
+  std::vector<float> l = m.forward(s, std::span<const int32_t>(w2).subspan(192), false);
+  EXPECT_EQ(l, k3::prefill(m, ref, w2, 512));
+}
+
 }  // namespace

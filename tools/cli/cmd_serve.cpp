@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "command.h"
 #include "core/atomic_file.h"
@@ -38,7 +39,9 @@ struct ServeOptions {
   int port = 8080;
   int64_t parallel = 4;
   int64_t queue = 64;
-  std::string api_key;
+  std::vector<std::string> api_keys, api_key_files, metrics_keys, metrics_key_files;  // request_policy.h
+  std::vector<std::string> allowed_hosts, cors_origins;
+  std::string cache_partition = "key";
   std::string alias;
   int http_threads = 0;
   int timeout_s = 30;
@@ -138,11 +141,23 @@ void serve(const ServeOptions& o) {
   k3cli::set_threads(o.gen.threads);
   std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
 
+  // Keys from files keep them off the command line (ps); the policy holds their SHA-256 only.
+  std::vector<std::string> api_keys = o.api_keys, metrics_keys = o.metrics_keys;
+  for (const std::string& f : o.api_key_files)
+    for (std::string& k : k3::server::read_key_file("--api-key-file", f)) api_keys.push_back(std::move(k));
+  for (const std::string& f : o.metrics_key_files)
+    for (std::string& k : k3::server::read_key_file("--metrics-key-file", f)) metrics_keys.push_back(std::move(k));
+  const k3::server::PolicyConfig policy =
+      k3::server::make_policy(api_keys, metrics_keys, o.host, o.allowed_hosts, o.cors_origins,
+                              k3::server::parse_cache_partition(o.cache_partition));
+  api_keys.clear();
+  metrics_keys.clear();
+
   SignalWaiter signals;
   k3::server::ServerConfig cfg;
   cfg.host = o.host;
   cfg.port = o.port;
-  cfg.api_key = o.api_key;
+  cfg.policy = policy;
   cfg.http_threads = o.http_threads > 0 ? o.http_threads : static_cast<int>(std::min<int64_t>(o.parallel + o.queue + 8, 256));
   cfg.read_timeout_s = o.timeout_s;
   cfg.write_timeout_s = o.timeout_s;
@@ -150,6 +165,10 @@ void serve(const ServeOptions& o) {
   http.bind();
   http.start();
   std::fprintf(stderr, "k3 serve: listening on http://%s:%d (loading the model)\n", o.host.c_str(), http.port());
+  std::fprintf(stderr, "k3 serve: %zu API key(s), /metrics %s, cache partition %s, CORS origins: %zu, extra hosts: %zu\n",
+               policy.api_keys.size(),
+               !policy.metrics_keys.empty() ? "needs a metrics key" : !policy.api_keys.empty() ? "needs an API key" : "open",
+               k3::server::cache_partition_name(policy.partition), policy.cors_origins.size(), policy.allowed_hosts.size());
 
   const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(o.parallel);  // memory plan (issue 13)
   k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, o.gen.model_options(), stream);
@@ -208,6 +227,7 @@ void serve(const ServeOptions& o) {
   ctx.slot_save_path = o.slot_save_path;
   ctx.fingerprint = fingerprint;
   ctx.handles = &handles;
+  ctx.policy = &policy;
   http.set_ready(&ctx);
   std::string sampling = defaults.sampling.describe();
   if (!defaults.seed_given && sampling.rfind(" | seed") != std::string::npos)
@@ -263,7 +283,33 @@ k3cli::Registrar reg("serve", "OpenAI-compatible HTTP server (llama-server flags
                            ->capture_default_str();
                        sub->add_option("--queue", o->queue, "requests that may wait for a slot (more get 429)")
                            ->capture_default_str();
-                       sub->add_option("--api-key", o->api_key, "require Authorization: Bearer KEY");
+                       sub->add_option("--api-key", o->api_keys,
+                                       "require Authorization: Bearer KEY (repeatable: any of the keys; not for "
+                                       "/health and the chat page)")
+                           ->allow_extra_args(false);
+                       sub->add_option("--api-key-file", o->api_key_files,
+                                       "file of API keys, one per line (# comments), kept off the command line; "
+                                       "refused when empty, unreadable or writable by others (repeatable)")
+                           ->allow_extra_args(false);
+                       sub->add_option("--metrics-key", o->metrics_keys,
+                                       "/metrics needs this key (and no API key opens it); without it /metrics needs "
+                                       "an API key when keys are set (repeatable)")
+                           ->allow_extra_args(false);
+                       sub->add_option("--metrics-key-file", o->metrics_key_files,
+                                       "file of metrics keys, one per line (as --api-key-file)")
+                           ->allow_extra_args(false);
+                       sub->add_option("--allowed-host", o->allowed_hosts,
+                                       "host name accepted in the Host header besides IP addresses, localhost and "
+                                       "--host (DNS-rebinding protection; * = any; repeatable)")
+                           ->allow_extra_args(false);
+                       sub->add_option("--cors-origin", o->cors_origins,
+                                       "web origin (scheme://host[:port]) whose pages may call the API (CORS; * = any; "
+                                       "repeatable); other cross-origin requests get 403")
+                           ->allow_extra_args(false);
+                       sub->add_option("--cache-partition", o->cache_partition,
+                                       "prefix-cache partitions: none, key (one per API key, when 2+ keys are set) or "
+                                       "user (per key and OpenAI `user` field): no cache hit crosses a partition")
+                           ->capture_default_str();
                        sub->add_option("--alias", o->alias, "model id served (default: the model directory's name)");
                        sub->add_option("--http-threads", o->http_threads,
                                        "HTTP request threads (0 = parallel + queue + 8, at most 256)")->capture_default_str();

@@ -99,6 +99,7 @@ void handle_chat(const ServeContext& ctx, const httplib::Request& req, httplib::
   std::vector<int32_t> prompt;
   prompt = render_chat_request(ctx, cr);
   SeqRequest q = make_seq_request(ctx, std::move(prompt), cr.gen);
+  if (ctx.policy) q.cache_partition = cache_partition(*ctx.policy, request_head(req).authorization, cr.gen.user);
   const bool want_lp = cr.gen.top_logprobs >= 0;
   const ResponseMeta meta = ResponseMeta::make("chatcmpl-", ctx.model_id);
   std::shared_ptr<SeqHandle> h = submit_request(ctx, std::move(q));

@@ -106,6 +106,7 @@ void handle_completion(const ServeContext& ctx, const httplib::Request& req, htt
   check_model(ctx, cr.gen.model);
   std::vector<int32_t> prompt = cr.prompt_text ? ctx.tok->encode(*cr.prompt_text) : cr.prompt_ids;
   SeqRequest q = make_seq_request(ctx, prompt, cr.gen);
+  if (ctx.policy) q.cache_partition = cache_partition(*ctx.policy, request_head(req).authorization, cr.gen.user);
   std::string echo_text;
   if (cr.echo) echo_text = cr.prompt_text ? *cr.prompt_text : ctx.tok->decode(prompt, /*skip_special=*/true);
   const bool want_lp = cr.gen.top_logprobs >= 0;

@@ -1,5 +1,6 @@
 // HttpServer: cpp-httplib wiring. Every handler runs inside `guarded()`, which checks the state
-// (503) and the API key (401) and turns ApiError / other exceptions into OpenAI error bodies.
+// (503) and the request policy (request_policy.h: 403 Host / Origin, 401 key, 415 Content-Type,
+// CORS headers and preflights) and turns ApiError / other exceptions into OpenAI error bodies.
 #include "http_server.h"
 
 #include <httplib.h>
@@ -22,6 +23,16 @@ using Handler = std::function<void(const ServeContext&, const httplib::Request&,
 thread_local std::chrono::steady_clock::time_point t_start;
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, error_body(e), e.status()); }
+
+// Runs the request policy: adds its CORS headers, throws its refusal, answers an accepted
+// preflight (204). Returns false when the response is complete.
+bool apply_policy(const PolicyConfig& policy, const httplib::Request& req, httplib::Response& res) {
+  PolicyResult p = check_request_policy(policy, request_head(req));
+  for (const auto& [k, v] : p.headers) res.set_header(k.c_str(), v);
+  if (p.error) throw *p.error;
+  if (p.preflight) res.status = 204;
+  return !p.preflight;
+}
 
 // Known routes and their method, for 405 and for the metrics' endpoint label.
 struct Route {
@@ -84,15 +95,14 @@ void HttpServer::stop() {
 void HttpServer::setup_routes() {
   httplib::Server& s = *svr_;
   // Wraps a handler: state and auth checks, then ApiError -> OpenAI error body.
-  auto guarded = [this](bool needs_auth, Handler h) {
-    return [this, needs_auth, h](const httplib::Request& req, httplib::Response& res) {
+  // The key requirement of a path is the policy's (request_policy.h); `needs_auth` documents it.
+  auto guarded = [this](bool /*needs_auth*/, Handler h) {
+    return [this, h](const httplib::Request& req, httplib::Response& res) {
       try {
         const ServeContext* ctx = ctx_.load();
         if (!ctx) throw ApiError(503, "Loading model", "", "ServiceUnavailableError");
         if (!accepting_.load()) throw ApiError(503, "The server is shutting down", "", "ServiceUnavailableError");
-        if (needs_auth && !cfg_.api_key.empty() && req.get_header_value("Authorization") != "Bearer " + cfg_.api_key)
-          throw ApiError(401, req.has_header("Authorization") ? "Invalid API key" : "Missing API key (Authorization: Bearer KEY)",
-                         "", "AuthenticationError");
+        if (!apply_policy(cfg_.policy, req, res)) return;
         h(*ctx, req, res);
       } catch (const ApiError& e) {
         send_error(res, e);
@@ -128,6 +138,11 @@ void HttpServer::setup_routes() {
   s.Post(R"(/slots/(\d+))", guarded(true, handle_slot_action));
   // The chat page (tools/server/web): static, no key (its requests to /v1 carry the key).
   add_web_page_routes(s);
+  // CORS preflights of --cors-origin sites (204); other OPTIONS requests get the allowed methods.
+  s.Options(".*", guarded(false, [](const ServeContext&, const httplib::Request&, httplib::Response& res) {
+              res.status = 204;
+              res.set_header("Allow", "GET, POST, OPTIONS");
+            }));
 
   // 405 for the other methods of known paths.
   for (const auto& r : kRoutes) {

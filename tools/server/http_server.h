@@ -1,5 +1,6 @@
 // k3::server::HttpServer — the cpp-httplib server of `k3 serve`: routes (OpenAI endpoints,
-// /tokenize, /detokenize, /health, /metrics), API-key check, OpenAI error bodies for every
+// /tokenize, /detokenize, /health, /metrics), the request policy (request_policy.h: Host,
+// Origin / CORS, API and metrics keys, Content-Type), OpenAI error bodies for every
 // failure (404 unknown path, 405 wrong method, 413 body over the limit, 503 while loading or
 // shutting down), one log line per request on stderr, and an orderly stop.
 //
@@ -13,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "request_policy.h"
 #include "serve_context.h"
 
 namespace httplib {
@@ -24,7 +26,7 @@ namespace k3::server {
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;                  ///< 0: pick a free port (see HttpServer::port())
-  std::string api_key;              ///< non-empty: require "Authorization: Bearer KEY" (not for /health)
+  PolicyConfig policy;              ///< keys, Host, Origin and Content-Type checks (request_policy.h)
   int http_threads = 16;            ///< request threads (each streaming request holds one)
   std::size_t max_body_bytes = 32u << 20;  ///< larger bodies get 413
   int read_timeout_s = 30;          ///< socket read timeout (slow or stalled clients)

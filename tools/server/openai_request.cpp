@@ -84,6 +84,10 @@ GenerationFields parse_generation(const OJ& body, const RequestDefaults& d) {
     if (!m->is_string()) throw bad_request("model", "model: expected a string, found " + shown(*m));
     g.model = m->get<std::string>();
   }
+  if (const OJ* u = field(body, "user")) {
+    if (!u->is_string()) throw bad_request("user", "user: expected a string, found " + shown(*u));
+    g.user = u->get<std::string>();
+  }
   g.stream = get_bool(body, "stream").value_or(false);
   g.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
   g.speculative = get_bool(body, "speculative").value_or(true);

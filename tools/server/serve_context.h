@@ -10,6 +10,7 @@
 
 #include "metrics.h"
 #include "openai_request.h"
+#include "request_policy.h"
 #include "runtime/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -49,6 +50,7 @@ struct ServeContext {
   PrefixCache* cache = nullptr;   ///< the scheduler's prefix cache, or null (off)
   std::string slot_save_path;     ///< --slot-save-path: where /slots/{id}?action=save|restore files live ("" = off)
   std::string fingerprint;        ///< model_fingerprint(), written into saved slot files
+  const PolicyConfig* policy = nullptr;  ///< keys and --cache-partition (null: no partitions)
 };
 
 /// Token counts of the request being served on this thread, for its log line (httplib runs a
