@@ -1,7 +1,9 @@
 // k3::server::HttpServer — the cpp-httplib server of `k3 serve`: routes (OpenAI endpoints,
-// /tokenize, /detokenize, /health, /metrics), API-key check, OpenAI error bodies for every
-// failure (404 unknown path, 405 wrong method, 413 body over the limit, 503 while loading or
-// shutting down), one log line per request on stderr, and an orderly stop.
+// /tokenize, /detokenize, /health, /metrics), checks that run before a body is read (framing:
+// 400 for ambiguous Content-Length / Transfer-Encoding; API key: 401), OpenAI error bodies for
+// every failure (404 unknown path, 405 wrong method, 408 read timeout, 413 body over the limit,
+// 503 while loading or shutting down), connection limits and read deadlines (http_transport.h),
+// one log line per request on stderr (request text escaped), and an orderly stop.
 //
 // Life cycle: bind() -> start() (serves /health with 503 "loading") -> set_ready(ctx) ->
 // stop_accepting() (new requests get 503) -> stop() (closes the listener, waits for in-flight
@@ -13,11 +15,8 @@
 #include <string>
 #include <thread>
 
+#include "http_transport.h"
 #include "serve_context.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace k3::server {
 
@@ -29,6 +28,7 @@ struct ServerConfig {
   std::size_t max_body_bytes = 32u << 20;  ///< larger bodies get 413
   int read_timeout_s = 30;          ///< socket read timeout (slow or stalled clients)
   int write_timeout_s = 30;         ///< socket write timeout (a stalled stream is cancelled)
+  ConnectionLimits limits;          ///< connections overall / per client IP, header and body deadlines
 };
 
 class HttpServer {
@@ -38,7 +38,8 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  /// Binds the listening socket. Errors: k3::Error "--host/--port: cannot listen on H:P".
+  /// Binds the listening socket (SO_REUSEADDR, never SO_REUSEPORT: a port another server listens
+  /// on is refused). Errors: k3::Error "--host/--port: cannot listen on H:P: address in use ...".
   void bind();
   /// Starts the accept loop on its own thread (requests are answered 503 until set_ready).
   void start();
@@ -55,7 +56,7 @@ class HttpServer {
   void setup_routes();
 
   ServerConfig cfg_;
-  std::unique_ptr<httplib::Server> svr_;
+  std::unique_ptr<GuardedHttpServer> svr_;
   std::thread thread_;
   std::atomic<const ServeContext*> ctx_{nullptr};
   std::atomic<bool> accepting_{true};
