@@ -314,6 +314,23 @@ def test_F3_body_trickle_gets_408_at_the_body_deadline(keyed):
     assert health_ok(keyed)
 
 
+def hold(port, src):
+    """A connection that is surely admitted (its first request was answered) and stays open
+    (a second request begun, not finished). Retried for a while on 503: the server may still
+    count a connection the test closed a moment ago."""
+    for _ in range(30):
+        s = connect(port, src)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, _, _ = read_response(s, 10)
+        if status == 200:
+            s.sendall(b"GET /health HTTP/1.1\r\n")
+            return s
+        s.close()
+        assert status == 503, status
+        time.sleep(0.1)
+    raise AssertionError("no connection admitted in 3 s")
+
+
 def test_F3_connections_are_limited_per_client_and_overall(tmp_path_factory):
     """--max-connections-per-client 8 --max-connections 12: the 9th connection of 127.0.0.2
     gets 429 and is closed at once while 127.0.0.1 is served; once 12 are open, the next one
@@ -322,10 +339,7 @@ def test_F3_connections_are_limited_per_client_and_overall(tmp_path_factory):
     held = []
     try:
         for _ in range(8):
-            s = connect(srv.port, "127.0.0.2")
-            s.sendall(b"GET /health HTTP/1.1\r\n")  # a request begun, not finished: the connection stays
-            held.append(s)
-        time.sleep(0.3)
+            held.append(hold(srv.port, "127.0.0.2"))
         extra = connect(srv.port, "127.0.0.2")
         t = time.monotonic()
         status, head, body, _ = read_response(extra, 3)
@@ -335,12 +349,7 @@ def test_F3_connections_are_limited_per_client_and_overall(tmp_path_factory):
         assert "--max-connections-per-client" in error_message(body)
         assert health_ok(srv)
 
-        others = []
-        for _ in range(4):
-            s = connect(srv.port, "127.0.0.3")
-            s.sendall(b"GET /health HTTP/1.1\r\n")
-            others.append(s)
-        time.sleep(0.3)
+        others = [hold(srv.port, "127.0.0.3") for _ in range(4)]
         extra = connect(srv.port, "127.0.0.4")
         t = time.monotonic()
         status, head, body, _ = read_response(extra, 3)

@@ -274,7 +274,8 @@ k3cli::Registrar reg("serve", "OpenAI-compatible HTTP server (llama-server flags
                        sub->add_option("--api-key", o->api_key, "require Authorization: Bearer KEY");
                        sub->add_option("--alias", o->alias, "model id served (default: the model directory's name)");
                        sub->add_option("--http-threads", o->http_threads,
-                                       "HTTP request threads (0 = parallel + queue + 8, at most 256)")->capture_default_str();
+                                       "HTTP request threads kept ready (0 = parallel + queue + 8, at most 256); more start on "
+                                       "demand, up to --max-connections")->capture_default_str();
                        sub->add_option("--timeout", o->timeout_s, "socket read/write timeout in seconds")
                            ->capture_default_str()->check(CLI::PositiveNumber);
                        sub->add_option("--max-connections", o->conn.max_connections,

@@ -87,7 +87,7 @@ HttpServer::HttpServer(ServerConfig cfg)
   // (at most max_connections) has one at once, plus room to answer refused connections.
   const size_t base = static_cast<size_t>(std::max(1, cfg_.http_threads));
   const size_t max_threads = std::max(base, static_cast<size_t>(cfg_.limits.max_connections)) + 64;
-  svr_->new_task_queue = [base, max_threads] { return new httplib::ThreadPool(base, max_threads, max_threads); };
+  svr_->new_task_queue = [base, max_threads] { return new ConnectionThreads(base, max_threads, max_threads); };
   // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which lets a second server share the
   // port and take half of its connections).
   svr_->set_socket_options([](socket_t sock) { httplib::set_socket_opt(sock, SOL_SOCKET, SO_REUSEADDR, 1); });

@@ -24,7 +24,8 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;                  ///< 0: pick a free port (see HttpServer::port())
   std::string api_key;              ///< non-empty: require "Authorization: Bearer KEY" (not for /health)
-  int http_threads = 16;            ///< request threads (each streaming request holds one)
+  int http_threads = 16;            ///< request threads kept ready (each connection holds one; more
+                                    ///< start on demand up to limits.max_connections)
   std::size_t max_body_bytes = 32u << 20;  ///< larger bodies get 413
   int read_timeout_s = 30;          ///< socket read timeout (slow or stalled clients)
   int write_timeout_s = 30;         ///< socket write timeout (a stalled stream is cancelled)

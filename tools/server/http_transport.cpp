@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -66,6 +67,7 @@ class ConnectionStream final : public httplib::Stream {
     deadline_ = start_ + limits_.header_timeout;
     in_headers_ = true;
     timed_out_.clear();
+    close_after_response_ = false;
   }
   /// The headers are parsed: the body deadline starts.
   void start_body() {
@@ -73,6 +75,9 @@ class ConnectionStream final : public httplib::Stream {
     in_headers_ = false;
   }
   const std::string& timed_out() const { return timed_out_; }
+  /// The response being written says "Connection: close": no request follows it.
+  void close_after_response() { close_after_response_ = true; }
+  bool closing() const { return close_after_response_; }
 
   bool is_readable() const override { return off_ < len_; }
   bool wait_readable() const override { return wait_input(); }
@@ -193,6 +198,7 @@ class ConnectionStream final : public httplib::Stream {
   Clock::time_point start_ = Clock::now();
   Clock::time_point deadline_ = Clock::time_point::max();
   bool in_headers_ = true;
+  bool close_after_response_ = false;
   mutable std::string timed_out_;
 };
 
@@ -235,7 +241,95 @@ std::string escape_for_log(const std::string& s) {
   return out;
 }
 
-GuardedHttpServer::GuardedHttpServer(const ConnectionLimits& limits) : limits_(limits) {}
+ConnectionThreads::ConnectionThreads(size_t base_threads, size_t max_threads, size_t max_queued,
+                                     std::chrono::seconds idle_exit)
+    : base_(std::max<size_t>(1, base_threads)), max_(std::max(max_threads, base_)), max_queued_(max_queued),
+      idle_exit_(idle_exit) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (size_t i = 0; i < base_; ++i) spawn();
+}
+
+ConnectionThreads::~ConnectionThreads() { shutdown(); }
+
+void ConnectionThreads::spawn() {
+  std::thread t([this] { worker(); });
+  const auto id = t.get_id();
+  threads_.emplace(id, std::move(t));
+}
+
+bool ConnectionThreads::enqueue(std::function<void()> fn) {
+  std::vector<std::thread> done;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (shutdown_ || jobs_.size() >= max_queued_) return false;
+    jobs_.push_back(std::move(fn));
+    // Every queued job needs an idle thread of its own.
+    if (jobs_.size() > idle_ && threads_.size() < max_) spawn();
+    done.swap(finished_);
+  }
+  cv_.notify_one();
+  for (auto& t : done) t.join();
+  return true;
+}
+
+void ConnectionThreads::worker() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    ++idle_;
+    const bool woke = cv_.wait_for(lk, idle_exit_, [this] { return !jobs_.empty() || shutdown_; });
+    --idle_;
+    if (jobs_.empty()) {
+      if (shutdown_ || (!woke && threads_.size() > base_)) break;
+      continue;
+    }
+    auto fn = std::move(jobs_.front());
+    jobs_.pop_front();
+    lk.unlock();
+    fn();
+    lk.lock();
+  }
+  // Runs the remaining jobs first at shutdown (the loop above takes them), then leaves; the
+  // thread object is joined by enqueue() or shutdown().
+  const auto it = threads_.find(std::this_thread::get_id());
+  if (it != threads_.end()) {
+    finished_.push_back(std::move(it->second));
+    threads_.erase(it);
+  }
+}
+
+void ConnectionThreads::shutdown() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    shutdown_ = true;
+  }
+  cv_.notify_all();
+  for (;;) {
+    std::vector<std::thread> done;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (threads_.empty() && finished_.empty()) break;
+      done.swap(finished_);
+    }
+    for (auto& t : done) t.join();
+    if (done.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+GuardedHttpServer::GuardedHttpServer(const ConnectionLimits& limits) : limits_(limits) {
+  // httplib answers errors with "Connection: close" but would go on reading requests on the
+  // connection (the unread rest of a refused body among them); the loop below stops instead.
+  set_header_writer([](httplib::Stream& strm, httplib::Headers& headers) {
+    if (t_stream) {
+      const auto r = headers.equal_range("Connection");
+      for (auto it = r.first; it != r.second; ++it) {
+        std::string v = it->second;
+        std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+        if (v.find("close") != std::string::npos) t_stream->close_after_response();
+      }
+    }
+    return httplib::detail::write_headers(strm, headers);
+  });
+}
 
 void GuardedHttpServer::headers_read() {
   if (t_stream) t_stream->start_body();
@@ -315,7 +409,7 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
       strm.start_request();
       bool connection_closed = false;
       ok = process_request(strm, remote_ip, remote_port, local_ip, local_port, left == 1, connection_closed, nullptr);
-      if (!ok || connection_closed) break;
+      if (!ok || connection_closed || strm.closing()) break;
     }
     return ok;
   });

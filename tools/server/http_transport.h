@@ -8,16 +8,23 @@
 //     in all from the end of the headers (on top of the per-read timeout), so a client that
 //     trickles bytes cannot hold a thread;
 //   - hands every request to httplib's parser (Server::process_request), so the routes,
-//     handlers and limits of httplib apply unchanged.
+//     handlers and limits of httplib apply unchanged, and ends the connection after a response
+//     that says "Connection: close" (httplib's own loop would read on; this server's header
+//     writer, set by the constructor, notices it: do not replace it with set_header_writer).
 // The body deadline starts when the pre-routing handler calls headers_read().
 #pragma once
 #include <httplib.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
+#include <functional>
+#include <list>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace k3::server {
 
@@ -57,6 +64,35 @@ class GuardedHttpServer : public httplib::Server {
   std::map<std::string, int> per_client_;
   std::chrono::steady_clock::time_point last_refusal_log_{};
   long long refused_since_log_ = 0;
+};
+
+/// The request threads: a job (a connection) runs at once on an idle thread, or on a new one
+/// while fewer than `max_threads` run; beyond that it waits (at most `max_queued` jobs; more are
+/// refused, and httplib closes their connection). `base_threads` stay; threads above that end
+/// after `idle_exit` without work. (httplib's ThreadPool starts a new thread only when no
+/// thread is idle, counting a thread already woken for an earlier job as idle: two connections
+/// accepted together could then wait behind one slow client.)
+class ConnectionThreads final : public httplib::TaskQueue {
+ public:
+  ConnectionThreads(size_t base_threads, size_t max_threads, size_t max_queued,
+                    std::chrono::seconds idle_exit = std::chrono::seconds(3));
+  ~ConnectionThreads() override;
+  bool enqueue(std::function<void()> fn) override;
+  void shutdown() override;
+
+ private:
+  void spawn();
+  void worker();
+
+  const size_t base_, max_, max_queued_;
+  const std::chrono::seconds idle_exit_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::list<std::function<void()>> jobs_;
+  std::map<std::thread::id, std::thread> threads_;
+  std::vector<std::thread> finished_;  // ended threads, joined by the next enqueue / shutdown
+  size_t idle_ = 0;
+  bool shutdown_ = false;
 };
 
 /// `s` with every byte outside printable ASCII (0x20..0x7e) and the backslash written as
