@@ -337,11 +337,6 @@ void GuardedHttpServer::headers_read() {
 
 std::string GuardedHttpServer::timeout_reason() { return t_stream ? t_stream->timed_out() : std::string(); }
 
-int GuardedHttpServer::open_connections() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return open_;
-}
-
 bool GuardedHttpServer::admit(const std::string& ip, std::string& refusal, int& status) {
   std::lock_guard<std::mutex> lk(mu_);
   const auto it = per_client_.find(ip);

@@ -47,9 +47,6 @@ class GuardedHttpServer : public httplib::Server {
   /// then answers 408 rather than 400.
   static std::string timeout_reason();
 
-  /// Open connections now (admitted ones).
-  int open_connections() const;
-
  private:
   bool process_and_close_socket(socket_t sock) override;
   // Waits up to the keep-alive timeout for the next request's first bytes; false when none
@@ -59,7 +56,7 @@ class GuardedHttpServer : public httplib::Server {
   void release(const std::string& ip);
 
   ConnectionLimits limits_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   int open_ = 0;
   std::map<std::string, int> per_client_;
   std::chrono::steady_clock::time_point last_refusal_log_{};
