@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
-  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libssl-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
+  nlohmann-json3-dev libcli11-dev libssl-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   python3 python3-venv python3-numpy python3-torch bible-kjv
   chromium chromium-driver python3-selenium  # tests/python/test_web_page.py (headless browser)
   libjs-marked node-dompurify libjs-highlight.js)  # embedded into the chat page of k3 serve (tools/server/web/web.cmake)
@@ -30,6 +30,9 @@ if ! cmp -s tools/requirements.txt .venv/.requirements.installed 2>/dev/null; th
   .venv/bin/pip install -q --disable-pip-version-check -r tools/requirements.txt
   cp tools/requirements.txt .venv/.requirements.installed
 fi
+
+# cpp-httplib 0.58.0 (the HTTP library of k3 serve) into .deps/, checked by sha256.
+./scripts/fetch_httplib.sh
 
 JOBS=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -45,6 +45,9 @@ struct ServeOptions {
   std::string alias;
   int http_threads = 0;
   int timeout_s = 30;
+  k3::server::ConnectionLimits conn;  // --max-connections, --max-connections-per-client, --header/body-timeout
+  int header_timeout_s = 10;
+  int body_timeout_s = 60;
   int shutdown_timeout_s = 30;
   bool test_forced_output = false;
   k3cli::CacheFlags cache;
@@ -161,6 +164,9 @@ void serve(const ServeOptions& o) {
   cfg.http_threads = o.http_threads > 0 ? o.http_threads : static_cast<int>(std::min<int64_t>(o.parallel + o.queue + 8, 256));
   cfg.read_timeout_s = o.timeout_s;
   cfg.write_timeout_s = o.timeout_s;
+  cfg.limits = o.conn;
+  cfg.limits.header_timeout = std::chrono::seconds(o.header_timeout_s);
+  cfg.limits.body_timeout = std::chrono::seconds(o.body_timeout_s);
   k3::server::HttpServer http(cfg);
   http.bind();
   http.start();
@@ -312,8 +318,21 @@ k3cli::Registrar reg("serve", "OpenAI-compatible HTTP server (llama-server flags
                            ->capture_default_str();
                        sub->add_option("--alias", o->alias, "model id served (default: the model directory's name)");
                        sub->add_option("--http-threads", o->http_threads,
-                                       "HTTP request threads (0 = parallel + queue + 8, at most 256)")->capture_default_str();
+                                       "HTTP request threads kept ready (0 = parallel + queue + 8, at most 256); more start on "
+                                       "demand, up to --max-connections")->capture_default_str();
                        sub->add_option("--timeout", o->timeout_s, "socket read/write timeout in seconds")
+                           ->capture_default_str()->check(CLI::PositiveNumber);
+                       sub->add_option("--max-connections", o->conn.max_connections,
+                                       "open HTTP connections allowed overall (more are answered 503 and closed)")
+                           ->capture_default_str()->check(CLI::PositiveNumber);
+                       sub->add_option("--max-connections-per-client", o->conn.max_connections_per_client,
+                                       "open HTTP connections allowed per client IP (more are answered 429 and closed)")
+                           ->capture_default_str()->check(CLI::PositiveNumber);
+                       sub->add_option("--header-timeout", o->header_timeout_s,
+                                       "seconds a request's line and headers may take to arrive, in all")
+                           ->capture_default_str()->check(CLI::PositiveNumber);
+                       sub->add_option("--body-timeout", o->body_timeout_s,
+                                       "seconds a request's body may take to arrive, in all")
                            ->capture_default_str()->check(CLI::PositiveNumber);
                        sub->add_option("--shutdown-timeout", o->shutdown_timeout_s,
                                        "seconds running requests may take to finish after SIGINT/SIGTERM")

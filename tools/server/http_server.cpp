@@ -1,12 +1,19 @@
-// HttpServer: cpp-httplib wiring. Every handler runs inside `guarded()`, which checks the state
-// (503) and the request policy (request_policy.h: 403 Host / Origin, 401 key, 415 Content-Type,
-// CORS headers and preflights) and turns ApiError / other exceptions into OpenAI error bodies.
+// HttpServer: cpp-httplib wiring. The pre-routing handler runs once the headers are parsed and
+// before any body is read: it refuses ambiguous framing (400) and applies the request policy
+// (request_policy.h: 403 Host / Origin, 401 key, 415 Content-Type, CORS headers and
+// preflights). Every handler runs inside `guarded()`, which checks the state (503) and turns
+// ApiError / other exceptions into OpenAI error bodies.
 #include "http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 
 #include "api_error.h"
@@ -20,19 +27,7 @@ namespace {
 
 using Handler = std::function<void(const ServeContext&, const httplib::Request&, httplib::Response&)>;
 
-thread_local std::chrono::steady_clock::time_point t_start;
-
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, error_body(e), e.status()); }
-
-// Runs the request policy: adds its CORS headers, throws its refusal, answers an accepted
-// preflight (204). Returns false when the response is complete.
-bool apply_policy(const PolicyConfig& policy, const httplib::Request& req, httplib::Response& res) {
-  PolicyResult p = check_request_policy(policy, request_head(req));
-  for (const auto& [k, v] : p.headers) res.set_header(k.c_str(), v);
-  if (p.error) throw *p.error;
-  if (p.preflight) res.status = 204;
-  return !p.preflight;
-}
 
 // Known routes and their method, for 405 and for the metrics' endpoint label.
 struct Route {
@@ -53,11 +48,44 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
+bool ascii_iequals(const std::string& a, const char* b) {
+  const size_t n = std::strlen(b);
+  if (a.size() != n) return false;
+  for (size_t i = 0; i < n; ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != b[i]) return false;
+  return true;
+}
+
+// A body whose end two HTTP parsers could place differently (request smuggling) is refused:
+// more than one Content-Length, a Content-Length that is not a plain decimal number,
+// Content-Length together with Transfer-Encoding, or a Transfer-Encoding other than one "chunked".
+void check_framing(const httplib::Request& req) {
+  const size_t n_cl = req.get_header_value_count("Content-Length");
+  const size_t n_te = req.get_header_value_count("Transfer-Encoding");
+  if (n_cl > 1) throw ApiError(400, "Malformed HTTP request: more than one Content-Length header");
+  if (n_cl == 1) {
+    const std::string v = req.get_header_value("Content-Length");
+    if (v.empty() || v.size() > 18 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      throw ApiError(400, "Malformed HTTP request: Content-Length must be a decimal number of bytes");
+  }
+  if (n_te > 0 && n_cl > 0)
+    throw ApiError(400, "Malformed HTTP request: Content-Length and Transfer-Encoding together");
+  if (n_te > 1 || (n_te == 1 && !ascii_iequals(req.get_header_value("Transfer-Encoding"), "chunked")))
+    throw ApiError(400, "Malformed HTTP request: the only Transfer-Encoding accepted is 'chunked'");
+}
+
 }  // namespace
 
-HttpServer::HttpServer(ServerConfig cfg) : cfg_(std::move(cfg)), svr_(std::make_unique<httplib::Server>()) {
-  const int n = cfg_.http_threads;
-  svr_->new_task_queue = [n] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+HttpServer::HttpServer(ServerConfig cfg)
+    : cfg_(std::move(cfg)), svr_(std::make_unique<GuardedHttpServer>(cfg_.limits)) {
+  // Threads: http_threads kept ready, more started on demand so that every admitted connection
+  // (at most max_connections) has one at once, plus room to answer refused connections.
+  const size_t base = static_cast<size_t>(std::max(1, cfg_.http_threads));
+  const size_t max_threads = std::max(base, static_cast<size_t>(cfg_.limits.max_connections)) + 64;
+  svr_->new_task_queue = [base, max_threads] { return new ConnectionThreads(base, max_threads, max_threads); };
+  // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which lets a second server share the
+  // port and take half of its connections).
+  svr_->set_socket_options([](socket_t sock) { httplib::set_socket_opt(sock, SOL_SOCKET, SO_REUSEADDR, 1); });
   svr_->set_payload_max_length(cfg_.max_body_bytes);
   svr_->set_read_timeout(cfg_.read_timeout_s, 0);
   svr_->set_write_timeout(cfg_.write_timeout_s, 0);
@@ -68,13 +96,19 @@ HttpServer::HttpServer(ServerConfig cfg) : cfg_(std::move(cfg)), svr_(std::make_
 HttpServer::~HttpServer() { stop(); }
 
 void HttpServer::bind() {
+  errno = 0;
   if (cfg_.port == 0) {
     port_ = svr_->bind_to_any_port(cfg_.host);
     if (port_ <= 0) throw Error("--host: cannot listen on " + cfg_.host + " (any port)");
   } else {
-    if (!svr_->bind_to_port(cfg_.host, cfg_.port))
-      throw Error("--host/--port: cannot listen on " + cfg_.host + ":" + std::to_string(cfg_.port) +
-                  " (address in use, or not a local address)");
+    if (!svr_->bind_to_port(cfg_.host, cfg_.port)) {
+      const int e = errno;
+      const std::string why = e == EADDRINUSE      ? "address in use (another process listens on this port)"
+                              : e == EADDRNOTAVAIL ? "not a local address"
+                              : e != 0             ? std::strerror(e)
+                                                   : "address in use, or not a local address";
+      throw Error("--host/--port: cannot listen on " + cfg_.host + ":" + std::to_string(cfg_.port) + ": " + why);
+    }
     port_ = cfg_.port;
   }
 }
@@ -94,15 +128,14 @@ void HttpServer::stop() {
 
 void HttpServer::setup_routes() {
   httplib::Server& s = *svr_;
-  // Wraps a handler: state and auth checks, then ApiError -> OpenAI error body.
-  // The key requirement of a path is the policy's (request_policy.h); `needs_auth` documents it.
-  auto guarded = [this](bool /*needs_auth*/, Handler h) {
+  // Wraps a handler: state checks, then ApiError -> OpenAI error body. (The API key is checked
+  // by the pre-routing handler, before the body is read.)
+  auto guarded = [this](Handler h) {
     return [this, h](const httplib::Request& req, httplib::Response& res) {
       try {
         const ServeContext* ctx = ctx_.load();
         if (!ctx) throw ApiError(503, "Loading model", "", "ServiceUnavailableError");
         if (!accepting_.load()) throw ApiError(503, "The server is shutting down", "", "ServiceUnavailableError");
-        if (!apply_policy(cfg_.policy, req, res)) return;
         h(*ctx, req, res);
       } catch (const ApiError& e) {
         send_error(res, e);
@@ -112,15 +145,15 @@ void HttpServer::setup_routes() {
     };
   };
 
-  s.Get("/health", guarded(false, [](const ServeContext&, const httplib::Request&, httplib::Response& res) {
+  s.Get("/health", guarded([](const ServeContext&, const httplib::Request&, httplib::Response& res) {
           send_json(res, Json{{"status", "ok"}});
         }));
-  s.Get("/metrics", guarded(false, [](const ServeContext& c, const httplib::Request&, httplib::Response& res) {
+  s.Get("/metrics", guarded([](const ServeContext& c, const httplib::Request&, httplib::Response& res) {
           const PrefixCacheStats cs = c.cache ? c.cache->stats() : PrefixCacheStats{};
           res.set_content(c.metrics->render(c.scheduler->stats(), c.model_id, c.cache ? &cs : nullptr),
                           "text/plain; version=0.0.4");
         }));
-  s.Get("/v1/models", guarded(true, [](const ServeContext& c, const httplib::Request&, httplib::Response& res) {
+  s.Get("/v1/models", guarded([](const ServeContext& c, const httplib::Request&, httplib::Response& res) {
           static const int64_t created =
               std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
           send_json(res, Json{{"object", "list"},
@@ -130,16 +163,16 @@ void HttpServer::setup_routes() {
                                                          {"owned_by", "k3.cpp"},
                                                          {"max_model_len", c.n_ctx}}})}});
         }));
-  s.Post("/v1/chat/completions", guarded(true, handle_chat));
-  s.Post("/v1/completions", guarded(true, handle_completion));
-  s.Post("/tokenize", guarded(true, handle_tokenize));
-  s.Post("/detokenize", guarded(true, handle_detokenize));
-  s.Get("/slots", guarded(true, handle_slots_list));
-  s.Post(R"(/slots/(\d+))", guarded(true, handle_slot_action));
+  s.Post("/v1/chat/completions", guarded(handle_chat));
+  s.Post("/v1/completions", guarded(handle_completion));
+  s.Post("/tokenize", guarded(handle_tokenize));
+  s.Post("/detokenize", guarded(handle_detokenize));
+  s.Get("/slots", guarded(handle_slots_list));
+  s.Post(R"(/slots/(\d+))", guarded(handle_slot_action));
   // The chat page (tools/server/web): static, no key (its requests to /v1 carry the key).
   add_web_page_routes(s);
-  // CORS preflights of --cors-origin sites (204); other OPTIONS requests get the allowed methods.
-  s.Options(".*", guarded(false, [](const ServeContext&, const httplib::Request&, httplib::Response& res) {
+  // OPTIONS requests other than accepted CORS preflights (answered by the pre-routing handler).
+  s.Options(".*", guarded([](const ServeContext&, const httplib::Request&, httplib::Response& res) {
               res.status = 204;
               res.set_header("Allow", "GET, POST, OPTIONS");
             }));
@@ -158,14 +191,34 @@ void HttpServer::setup_routes() {
     s.Patch(r.path, not_allowed);
   }
 
-  s.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
-    t_start = std::chrono::steady_clock::now();
+  // Runs once the headers are parsed, before any body is read (httplib reads a body only after
+  // routing): checks that need no body go here, so a refused request costs no body.
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     current_request_log() = RequestLog{};
+    GuardedHttpServer::headers_read();  // the body deadline starts
+    try {
+      check_framing(req);
+      const PolicyResult p = check_request_policy(cfg_.policy, request_head(req));
+      for (const auto& [k, v] : p.headers) res.set_header(k.c_str(), v);
+      if (p.error) throw *p.error;
+      if (p.preflight) {  // an accepted CORS preflight of a --cors-origin site
+        res.status = 204;
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    } catch (const ApiError& e) {
+      send_error(res, e);  // an error status: httplib closes the connection, the body unread
+      return httplib::Server::HandlerResponse::Handled;
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
   // Errors raised by httplib itself (no handler ran or it left no body).
   s.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string timeout = GuardedHttpServer::timeout_reason();
+    if (!timeout.empty() && (res.status == 400 || res.status == 408)) {
+      send_error(res, ApiError(408, "Request timeout: " + timeout));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     std::string msg;
     switch (res.status) {
       case 404: msg = "Not found: " + req.method + " " + req.path; break;
@@ -191,11 +244,11 @@ void HttpServer::setup_routes() {
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     const RequestLog& log = current_request_log();
     const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - req.start_time_).count();
     const ServeContext* ctx = ctx_.load();
     if (ctx) ctx->metrics->count_request(endpoint_label(req.path), res.status);
-    std::fprintf(stderr, "k3 serve: %s %s %d | prompt %lld tok | gen %lld tok | %.1f ms\n", req.method.c_str(),
-                 req.path.c_str(), res.status, static_cast<long long>(std::max<int64_t>(log.prompt_tokens, 0)),
+    std::fprintf(stderr, "k3 serve: %s %s %d | prompt %lld tok | gen %lld tok | %.1f ms\n",
+                 escape_for_log(req.method).c_str(), escape_for_log(req.path).c_str(), res.status, static_cast<long long>(std::max<int64_t>(log.prompt_tokens, 0)),
                  static_cast<long long>(std::max<int64_t>(log.generated_tokens, 0)), ms);
   });
 }
