@@ -185,3 +185,32 @@ def test_info_takes_m_like_the_positional():
 def test_range_errors_name_short_and_long_flag():
     one_line_error(k3("run", "-m", MINI, "-c", "0", "-p", "x", timeout=30), "-c/--ctx-size", "found '0'")
     one_line_error(k3("serve", "-m", MINI, "-np", "0", timeout=30), "-np/--parallel")
+
+
+def test_draft_checkpoint_errors_name_draft_model(tmp_path):
+    """A --draft-model folder without a checkpoint: the checkpoint's error, prefixed by the flag."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    one_line_error(k3("run", "-m", MINI, "-md", empty, "-p", "x", "-n", "1", "-t", "1", timeout=120),
+                   "-md/--draft-model: ", str(empty), "config.json")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (("info", MINI, "-m", MINI), ("-m/--model: given 2 times, expected once",)),
+    (("bench", "-m", MINI, "--expert-cache-gb", "-1"), ("--expert-cache-gb", "found -1 ")),
+    (("run", "-m", MINI, "--expert-cache-gb", "-1", "-p", "x"), ("--expert-cache-gb", "found -1 ")),
+    (("run", "-m", MINI, "--trunk-type", "q9", "-p", "x"), ("--trunk-type: expected one of bf16 q8 q4, found 'q9'",)),
+    (("run", "-m", MINI, "--temp", "abc", "-p", "x"), ("--temp: expected a number, found 'abc'",)),
+    (("run", "-m", MINI, "-p", "x", "-n"), ("-n/--n-predict: needs a value",)),
+    (("perplexity", "-m", MINI), ("-f/--file is required", "see k3 perplexity --help")),
+    (("run", "-m", MINI, "foo"), ("k3 run takes no positional argument, found 'foo'",)),
+    ((), ("a subcommand is required: bench, chat",)),
+])
+def test_parse_errors_name_the_flag(args, needles):
+    one_line_error(k3(*args, timeout=60), *needles)
+
+
+@pytest.mark.parametrize("args", [("--help",), ("run", "--help"), ("serve", "-h"), ("info", "--help")])
+def test_help_still_exits_0(args):
+    r = k3(*args, timeout=30)
+    assert r.returncode == 0 and b"Usage" in r.stdout, r.stderr.decode()

@@ -336,6 +336,8 @@ std::string error_text(const CLI::App& app, const CLI::ParseError& e) {
             rest.compare(rest.size() - 8, 8, " missing") == 0)
           rest = ": needs a value (" + op->get_type_name().substr(0, op->get_type_name().find(':')) +
                  ")";  // CLI11: "1 required TEXT missing"
+        const std::string most = ": At Most 1 required but received ";  // CLI11: given twice
+        if (rest.rfind(most, 0) == 0) rest = ": given " + rest.substr(most.size()) + " times, expected once";
         // CLI::IsMember: "q9 not in {bf16,q8,q4}"
         const std::size_t in = rest.find(" not in {");
         if (in != std::string::npos && rest.back() == '}') {
