@@ -214,3 +214,9 @@ def test_parse_errors_name_the_flag(args, needles):
 def test_help_still_exits_0(args):
     r = k3(*args, timeout=30)
     assert r.returncode == 0 and b"Usage" in r.stdout, r.stderr.decode()
+
+
+def test_missing_gguf_path_and_device_for_model(tmp_path):
+    one_line_error(k3("serve", "-m", tmp_path / "k3.gguf", timeout=30), "-m/--model",
+                   "does not exist, and names a GGUF file", "GGUF is export-only")
+    one_line_error(k3("run", "-m", "/dev/null", "-p", "x", timeout=30), "-m/--model", "'/dev/null' is not a directory")

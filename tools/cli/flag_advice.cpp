@@ -223,7 +223,8 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
     for (std::size_t j = 1; j <= m; ++j) {
       const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
       d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   return d[n][m];
 }
@@ -272,9 +273,8 @@ CheckedArgs check_args(const CLI::App& app, const std::vector<std::string>& args
     if (!op && !is_long && name.size() > 2) {
       // "-n64", "-c=4096", "-t-1": a short flag with a number attached is CLI11's; letters are not.
       const CLI::Option* s = find_option(*sub, t.substr(0, 2));
-      const char c = t[2];
-      if (s && s->get_items_expected_min() > 0 &&
-          (std::isdigit(static_cast<unsigned char>(c)) || c == '=' || (c == '-' && t.size() > 3 && std::isdigit(static_cast<unsigned char>(t[3]))))) {
+      auto digit = [&](std::size_t k) { return k < t.size() && std::isdigit(static_cast<unsigned char>(t[k])); };
+      if (s && s->get_items_expected_min() > 0 && (digit(2) || t[2] == '=' || (t[2] == '-' && digit(3)))) {
         out.args.push_back(t);
         continue;
       }
@@ -284,9 +284,9 @@ CheckedArgs check_args(const CLI::App& app, const std::vector<std::string>& args
       if (eq == std::string::npos && op->get_items_expected_min() > 0) {
         for (int k = 0; k < op->get_items_expected_min() && i + 1 < args.size(); ++k) out.args.push_back(args[++i]);
         // a list option (--ram-gb 64 128) takes the words that follow, up to the next flag
-        for (int k = op->get_items_expected_min(); k < op->get_items_expected_max() && i + 1 < args.size() &&
-                                                   (args[i + 1].empty() || args[i + 1][0] != '-' || is_number(args[i + 1]));
-             ++k)
+        auto is_value = [&](const std::string& a) { return a.empty() || a[0] != '-' || is_number(a); };
+        for (int k = op->get_items_expected_min();
+             k < op->get_items_expected_max() && i + 1 < args.size() && is_value(args[i + 1]); ++k)
           out.args.push_back(args[++i]);
       }
       continue;
@@ -306,11 +306,11 @@ CheckedArgs check_args(const CLI::App& app, const std::vector<std::string>& args
 std::string flag_names(const CLI::Option& op) {
   std::string all = op.get_name(false, true);  // "-c,--ctx-size"
   std::replace(all.begin(), all.end(), ',', '/');
-  for (const auto& [alias, target] : aliases()) {
-    const auto& l = op.get_lnames();
-    if (alias.rfind("--", 0) != 0 && std::find(l.begin(), l.end(), target.substr(2)) != l.end() && op.get_snames().empty())
+  const auto& l = op.get_lnames();
+  for (const auto& [alias, target] : aliases())
+    if (alias.rfind("--", 0) != 0 && op.get_snames().empty() &&
+        std::find(l.begin(), l.end(), target.substr(2)) != l.end())
       all = alias + "/" + all;
-  }
   return all;
 }
 
@@ -381,24 +381,23 @@ std::string model_dir_problem(const std::string& path) {
   const fs::path p(path);
   const auto st = fs::status(p, ec);
   if (fs::is_directory(st)) return {};
-  if (path.empty()) return "empty path (expected a K3 checkpoint directory: config.json, *.safetensors, tiktoken.model)";
-  bool gguf = false;
+  const std::string expected = "(expected a K3 checkpoint directory: config.json, *.safetensors, tiktoken.model)";
+  if (path.empty()) return "empty path " + expected;
+  if (st.type() == fs::file_type::none) return "'" + path + "' cannot be read (" + ec.message() + ") " + expected;
   std::string ext = p.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (ext == ".gguf") gguf = true;
-  if (!gguf && fs::is_regular_file(st)) {  // never open a FIFO or a device here: it could block
+  bool gguf = ext == ".gguf";
+  if (fs::is_regular_file(st)) {  // never open a FIFO or a device here: it could block
     std::ifstream f(p, std::ios::binary);
     char magic[4] = {};
-    gguf = f.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+    gguf = gguf || (f.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0);
   }
   if (gguf)
-    return "'" + path + "' is a GGUF file; k3 reads the safetensors checkpoint folder; GGUF is export-only "
-           "(python -m tools.gguf_export writes it for llama.cpp)";
-  if (!fs::exists(st))
-    return "'" + path + "' does not exist (expected a K3 checkpoint directory: config.json, *.safetensors, "
-           "tiktoken.model)";
-  std::string msg = "'" + path + "' is not a directory (expected a K3 checkpoint directory: config.json, "
-                    "*.safetensors, tiktoken.model)";
+    return "'" + path + "' " + (fs::exists(st) ? "is a GGUF file" : "does not exist, and names a GGUF file") +
+           "; k3 reads the safetensors checkpoint folder; GGUF is export-only (python -m tools.gguf_export "
+           "writes it for llama.cpp)";
+  if (!fs::exists(st)) return "'" + path + "' does not exist " + expected;
+  std::string msg = "'" + path + "' is not a directory " + expected;
   const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
   if (fs::is_regular_file(st) && fs::exists(parent / "config.json", ec))
     msg += "; pass the folder that holds it: " + parent.string();
@@ -406,8 +405,7 @@ std::string model_dir_problem(const std::string& path) {
 }
 
 void add_model_dir_checks(CLI::App& app) {
-  const CLI::Validator v(
-      [](std::string& path) { return model_dir_problem(path); }, "");
+  const CLI::Validator v([](std::string& path) { return model_dir_problem(path); }, "");
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     for (const char* name : {"--model", "--draft-model"})
       if (CLI::Option* op = sub->get_option_no_throw(name)) op->check(v);
