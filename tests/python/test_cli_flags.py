@@ -220,3 +220,10 @@ def test_missing_gguf_path_and_device_for_model(tmp_path):
     one_line_error(k3("serve", "-m", tmp_path / "k3.gguf", timeout=30), "-m/--model",
                    "does not exist, and names a GGUF file", "GGUF is export-only")
     one_line_error(k3("run", "-m", "/dev/null", "-p", "x", timeout=30), "-m/--model", "'/dev/null' is not a directory")
+
+
+@pytest.mark.parametrize("cmd", ["run", "chat"])
+def test_missing_state_load_names_the_flag(tmp_path, cmd):
+    missing = str(tmp_path / "none.k3state")
+    one_line_error(k3(cmd, "-m", MINI, "--state-load", missing, timeout=30), "--state-load", missing,
+                   "does not exist")

@@ -404,11 +404,20 @@ std::string model_dir_problem(const std::string& path) {
   return msg;
 }
 
-void add_model_dir_checks(CLI::App& app) {
-  const CLI::Validator v([](std::string& path) { return model_dir_problem(path); }, "");
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+void add_path_checks(CLI::App& app) {
+  const CLI::Validator dir([](std::string& path) { return model_dir_problem(path); }, "");
+  const CLI::Validator state(
+      [](std::string& path) -> std::string {
+        std::error_code ec;
+        if (std::filesystem::exists(path, ec)) return {};
+        return "'" + path + "' does not exist (expected a file written by --state-save)";
+      },
+      "");
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
     for (const char* name : {"--model", "--draft-model"})
-      if (CLI::Option* op = sub->get_option_no_throw(name)) op->check(v);
+      if (CLI::Option* op = sub->get_option_no_throw(name)) op->check(dir);
+    if (CLI::Option* op = sub->get_option_no_throw("--state-load")) op->check(state);
+  }
 }
 
 }  // namespace k3cli

@@ -33,10 +33,10 @@ std::string flag_names(const CLI::Option& op);
 /// "--temp: expected a number, found 'abc'"), ending "(see k3 SUBCOMMAND --help)".
 std::string parse_error_text(const CLI::App& app, const CLI::ParseError& e);
 
-/// Adds the model-directory check to every -m/--model and --draft-model option of the
-/// subcommands of `app`: the path must be a directory; a GGUF file (by extension or magic) is
-/// refused with "k3 reads the safetensors checkpoint folder; GGUF is export-only".
-void add_model_dir_checks(CLI::App& app);
+/// Adds the path checks to the options of the subcommands of `app`: every -m/--model and
+/// --draft-model must be a directory (a GGUF file, by extension or magic, is refused with "k3 reads
+/// the safetensors checkpoint folder; GGUF is export-only"); --state-load must exist.
+void add_path_checks(CLI::App& app);
 
 /// The message of that check for `path`, empty when it is a directory.
 std::string model_dir_problem(const std::string& path);

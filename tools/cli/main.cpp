@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   auto& cmds = k3cli::registry();
   std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (auto& c : cmds) c.setup(app.add_subcommand(c.name, c.help));
-  k3cli::add_model_dir_checks(app);
+  k3cli::add_path_checks(app);
   std::vector<std::string> args;
   try {
     // llama.cpp's spellings: the aliases k3 accepts are rewritten, the flags it does not have are
