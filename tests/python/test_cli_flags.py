@@ -227,3 +227,8 @@ def test_missing_state_load_names_the_flag(tmp_path, cmd):
     missing = str(tmp_path / "none.k3state")
     one_line_error(k3(cmd, "-m", MINI, "--state-load", missing, timeout=30), "--state-load", missing,
                    "does not exist")
+
+
+def test_help_wins_over_a_missing_model_dir(tmp_path):
+    r = k3("run", "-m", tmp_path / "nope", "--help", timeout=30)
+    assert r.returncode == 0 and b"Usage" in r.stdout, r.stderr.decode()

@@ -16,6 +16,9 @@
 namespace k3cli {
 namespace {
 
+/// -h/--help among the arguments: the path checks pass, so that the help is printed.
+bool g_help_asked = false;
+
 /// llama.cpp spellings k3 accepts, rewritten to k3's long names before CLI11 parses.
 const std::map<std::string, std::string>& aliases() {
   static const std::map<std::string, std::string> m{
@@ -280,6 +283,7 @@ CheckedArgs check_args(const CLI::App& app, const std::vector<std::string>& args
       }
     }
     if (op) {
+      if (name == "-h" || name == "--help") g_help_asked = true;
       out.args.push_back(t);
       if (eq == std::string::npos && op->get_items_expected_min() > 0) {
         for (int k = 0; k < op->get_items_expected_min() && i + 1 < args.size(); ++k) out.args.push_back(args[++i]);
@@ -405,11 +409,12 @@ std::string model_dir_problem(const std::string& path) {
 }
 
 void add_path_checks(CLI::App& app) {
-  const CLI::Validator dir([](std::string& path) { return model_dir_problem(path); }, "");
+  const CLI::Validator dir([](std::string& path) { return g_help_asked ? std::string() : model_dir_problem(path); },
+                           "");
   const CLI::Validator state(
       [](std::string& path) -> std::string {
         std::error_code ec;
-        if (std::filesystem::exists(path, ec)) return {};
+        if (g_help_asked || std::filesystem::exists(path, ec)) return {};
         return "'" + path + "' does not exist (expected a file written by --state-save)";
       },
       "");
