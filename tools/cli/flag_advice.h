@@ -1,7 +1,8 @@
 // The k3 command line before and around CLI11: llama.cpp spellings k3 accepts (-np, -md,
 // --model-draft), llama.cpp flags k3 does not have (refused by name with what k3 offers instead),
-// "did you mean" for unknown flags and subcommands, and the model-directory check of -m/--model
-// and --draft-model (a GGUF file or a missing folder is named before anything loads).
+// "did you mean" for unknown flags and subcommands, the path checks of -m/--model, --draft-model
+// and --state-load (a GGUF file or a missing path is named before anything loads), and CLI11's
+// parse errors worded with the flag's short and long names.
 //
 // CLI11 reads a single-dash token of several letters as a short flag with its value attached
 // ("-ngl" = "-n gl", "-cb" = "-c b", "-hf" = "-h f"), so every such token is checked here first:
