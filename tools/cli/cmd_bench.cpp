@@ -371,7 +371,7 @@ const k3cli::Registrar kReg(
              "--expert-cache-gb",
              [o](double v) {
                if (!(v >= 0 && v <= 1e6))
-                 throw CLI::ValidationError("--expert-cache-gb", "expected a number of GB in [0, 1e6]");
+                 throw CLI::ValidationError("--expert-cache-gb", "expected a number of GB in [0, 1e6], found " + k3cli::number_text(v));
                o->expert_cache_gb = v;
                o->stream_experts = true;
              },

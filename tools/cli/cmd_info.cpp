@@ -334,7 +334,7 @@ CheckResult check_tensors(const k3::Checkpoint& ck) {
 k3cli::Registrar reg("info", "Validate a checkpoint and print its architecture, sizes and state memory",
                      [](CLI::App* sub) {
                        auto opt = std::make_shared<InfoOptions>();
-                       sub->add_option("dir", opt->dir, "checkpoint directory")->required();
+                       sub->add_option("dir,-m,--model", opt->dir, "checkpoint directory (positional, or -m DIR)")->required();
                        sub->add_option("-c,--ctx", opt->n_ctx, "context length for the state estimate (tokens)")
                            ->capture_default_str()->check(k3cli::IntRange(0));
                        sub->add_flag("--json", opt->json, "machine-readable output");

@@ -5,6 +5,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <cstdio>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -28,6 +29,13 @@ inline bool parse_uint64(const std::string& s, uint64_t& out) {
   if (b != e && *b == '-') return false;
   auto [p, ec] = std::from_chars(b, e, out);
   return ec == std::errc() && p == e && b != e;
+}
+
+/// A number as the user would write it: "-1", "0.5", "1e+07" (not std::to_string's "-1.000000").
+inline std::string number_text(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
 }
 
 /// "expected an integer >= lo" / "in [lo, hi]" — the text of IntRange's errors and help.

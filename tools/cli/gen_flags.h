@@ -151,7 +151,7 @@ struct GenFlags {
            "--expert-cache-gb",
            [this](double v) {
              if (!(v >= 0 && v <= 1e6))
-               throw CLI::ValidationError("--expert-cache-gb", "expected a number of GB in [0, 1e6], found " + std::to_string(v));
+               throw CLI::ValidationError("--expert-cache-gb", "expected a number of GB in [0, 1e6], found " + number_text(v));
              expert_cache_gb = v;
              expert_cache_given = true;
              stream_experts = true;

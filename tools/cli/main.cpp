@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "command.h"
+#include "flag_advice.h"
 #include "core/error.h"
 
 namespace k3cli {
@@ -17,28 +18,6 @@ std::vector<Command>& registry() {
   return r;
 }
 }  // namespace k3cli
-
-namespace {
-
-// CLI11 prefixes a validation error with the option's long name only ("--ctx-size: ..."); name
-// it as the help does, short and long ("-c/--ctx-size: expected an integer >= 1, found '0'").
-std::string flag_names_in(const CLI::App& app, const CLI::ParseError& e) {
-  std::string msg = e.what();
-  if (!dynamic_cast<const CLI::ValidationError*>(&e)) return msg;
-  const std::size_t colon = msg.find(": ");
-  if (colon == std::string::npos || msg.rfind("--", 0) != 0) return msg;
-  const std::string lname = msg.substr(0, colon);
-  for (const CLI::App* sub : app.get_subcommands()) {
-    const CLI::Option* op = sub->get_option_no_throw(lname);
-    if (!op) continue;
-    std::string all = op->get_name(false, true);  // "-c,--ctx-size"
-    std::replace(all.begin(), all.end(), ',', '/');
-    return all + msg.substr(colon);
-  }
-  return msg;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   // The forward pass allocates per-layer activation buffers of T x width floats (hundreds of KiB
@@ -53,16 +32,17 @@ int main(int argc, char** argv) {
   auto& cmds = k3cli::registry();
   std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (auto& c : cmds) c.setup(app.add_subcommand(c.name, c.help));
-  // llama.cpp's multi-letter single-dash flags, which CLI11 cannot declare ("-np" would parse as
-  // "-n p"): spelled as their long names before parsing.
+  k3cli::add_path_checks(app);
   std::vector<std::string> args;
-  for (int i = argc - 1; i >= 1; --i) {
-    std::string a = argv[i];
-    if (a == "-np") a = "--parallel";
-    else if (a.rfind("-np=", 0) == 0) a = "--parallel=" + a.substr(4);
-    else if (a == "-md") a = "--draft-model";
-    else if (a.rfind("-md=", 0) == 0) a = "--draft-model=" + a.substr(4);
-    args.push_back(std::move(a));
+  try {
+    // llama.cpp's spellings: the aliases k3 accepts are rewritten, the flags it does not have are
+    // refused by name, before CLI11 could read "-ngl" as "-n gl".
+    k3cli::CheckedArgs checked = k3cli::check_args(app, std::vector<std::string>(argv + 1, argv + argc));
+    for (const std::string& n : checked.notes) std::fprintf(stderr, "k3: note: %s\n", n.c_str());
+    args.assign(checked.args.rbegin(), checked.args.rend());  // CLI11 takes the arguments in reverse order
+  } catch (const k3::Error& e) {
+    std::fprintf(stderr, "k3: error: %s\n", e.what());
+    return 1;
   }
   try {
     app.parse(args);  // CLI11 takes the arguments in reverse order
@@ -72,7 +52,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line, naming the flag (CLI11's message), and exit 1 like every other error.
-    std::fprintf(stderr, "k3: error: %s (see k3 --help)\n", flag_names_in(app, e).c_str());
+    std::fprintf(stderr, "k3: error: %s\n", k3cli::parse_error_text(app, e).c_str());
     return 1;
   } catch (const k3::Error& e) {
     std::fprintf(stderr, "k3: error: %s\n", e.what());

@@ -117,7 +117,13 @@ struct SpecFlags {
   /// Opens --draft-model into `draft` and checks it against the target (vocab, tokenizer).
   void open_draft(const k3::LoadedModel& target, const k3::ModelOptions& mo, k3::LoadedModel& draft) const {
     if (draft_model.empty()) throw k3::Error("--spec-type draft: needs --draft-model DIR");
-    draft = k3::LoadedModel::open(draft_model, mo);
+    try {
+      draft = k3::LoadedModel::open(draft_model, mo);
+    } catch (const k3::Error& e) {  // the checkpoint's errors name its files, not the flag
+      std::string msg = e.what();
+      if (msg.rfind("-m/--model: ", 0) == 0) msg.erase(0, 12);
+      throw k3::Error("-md/--draft-model: " + msg);
+    }
     k3::check_draft_compatible(target.model->config(), draft.model->config(), read_all(target, "target"),
                                read_all(draft, "--draft-model"));
     if (draft.tokenizer->vocab_size() != target.tokenizer->vocab_size())
