@@ -10,6 +10,7 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "omp_wait.h"
 
 namespace k3cli {
 std::vector<Command>& registry() {
@@ -41,6 +42,7 @@ std::string flag_names_in(const CLI::App& app, const CLI::ParseError& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  k3cli::apply_default_omp_wait_policy(argv);  // before any parallel region (omp_wait.h)
   // The forward pass allocates per-layer activation buffers of T x width floats (hundreds of KiB
   // in prefill). glibc would serve each from a fresh mmap (or trim the heap after it) and the
   // kernel would zero-fill and fault in every page again on the next layer: measured 15-20% of
