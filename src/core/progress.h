@@ -1,6 +1,7 @@
 // Progress of a long operation reported to the caller (the library prints nothing): `what` names
 // the step ("shard headers", "trunk quantization", "prefill"), `done` of `total` units so far.
-// A step reports done == total when it completes; it may report nothing when it has no units.
+// A step reports done = 0 when it starts (so a display can time it) and done == total when it
+// completes.
 #pragma once
 #include <cstdint>
 #include <functional>

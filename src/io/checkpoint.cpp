@@ -197,6 +197,7 @@ class CheckpointImpl final : public Checkpoint {
       sax.entries.shrink_to_fit();
       int64_t n_done = 0;
       const int64_t n_shards = static_cast<int64_t>(first_tensor.size());
+      if (options_.progress) options_.progress("shard headers", 0, n_shards);
       for (const auto& [fn, t] : first_tensor) {
         if (!fs::exists(dir_ / fn))
           throw Error(origin + ": shard '" + fn + "' (holding e.g. tensor '" + t + "') does not exist in " +
@@ -216,6 +217,7 @@ class CheckpointImpl final : public Checkpoint {
         if (!by_name_.count(name))
           throw Error(origin + ": index maps tensor '" + name + "' to " + fn + ", but that shard has no such tensor");
     } else if (fs::exists(dir_ / "model.safetensors")) {
+      if (options_.progress) options_.progress("shard headers", 0, 1);
       add_file("model.safetensors");
       if (options_.progress) options_.progress("shard headers", 1, 1);
       index_names();

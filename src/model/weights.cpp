@@ -225,6 +225,7 @@ uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progr
   std::mutex progress_mu;
   int64_t n_done = 0;
   const int64_t n_slots = static_cast<int64_t>(slots.size());
+  if (progress) progress("trunk quantization", 0, n_slots);
   parallel_for(n_slots, 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       q[static_cast<size_t>(i)] = quantize_matrix(**slots[static_cast<size_t>(i)], kind);

@@ -24,6 +24,7 @@ std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<con
   if (tokens.empty()) throw Error("prefill: the prompt is empty (expected at least 1 token)");
   if (n_batch < 1) throw Error("-b/--batch-size: expected >= 1, found " + std::to_string(n_batch));
   std::vector<float> logits;
+  if (progress) progress("prefill", 0, static_cast<int64_t>(tokens.size()));
   for (std::size_t i = 0; i < tokens.size(); i += static_cast<std::size_t>(n_batch)) {
     const std::size_t n = std::min(tokens.size() - i, static_cast<std::size_t>(n_batch));
     logits = model.forward(seq, tokens.subspan(i, n), false);
@@ -46,6 +47,7 @@ std::vector<float> prefill_cached(const Model& model, PrefixCache& cache, Sequen
   if (n_reused != nullptr) *n_reused = pos;
   const std::vector<int64_t> cuts = cache.snapshot_points(n);
   std::vector<float> logits;
+  if (progress && pos < n) progress("prefill", 0, n - reused);
   while (pos < n) {
     int64_t end = std::min(n, pos + n_batch);
     for (int64_t c : cuts)

@@ -35,8 +35,9 @@ struct GenerateOptions {
   /// When set, the decode loop is speculative (drafts verified in one forward, exact rollback;
   /// same ids as plain decoding at temp <= 0, same distribution otherwise). Not owned.
   Speculator* speculative = nullptr;
-  /// Called after each prefill piece with ("prefill", prompt ids computed, prompt ids to
-  /// compute); ids resumed from the prefix cache are not counted. Optional (a progress display).
+  /// Called with ("prefill", 0, prompt ids to compute) before the first prefill piece and after
+  /// each piece with the ids computed so far; ids resumed from the prefix cache are not counted.
+  /// Optional (a progress display).
   ProgressFn on_prefill_progress;
 };
 
@@ -70,7 +71,7 @@ void check_prompt_fits(int64_t n_past, int64_t n_prompt, int64_t n_ctx);
 
 /// Feeds `tokens` into `seq` in chunks of n_batch and returns the logits of the last token
 /// ([vocab] fp32). Errors: k3::Error for an empty `tokens` or n_batch < 1, and Model::forward's.
-/// `progress` (may be empty): ("prefill", ids fed, tokens.size()) after each chunk.
+/// `progress` (may be empty): ("prefill", ids fed, tokens.size()) before the first chunk (0) and after each.
 std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<const int32_t> tokens, int64_t n_batch,
                            const ProgressFn& progress = {});
 

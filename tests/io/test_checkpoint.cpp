@@ -266,7 +266,7 @@ TEST(Checkpoint, ProgressIsReportedPerShardHeader) {
     calls.emplace_back(done, total);
   };
   const auto ck = k3::Checkpoint::open(d.path(), o);
-  const std::vector<std::pair<int64_t, int64_t>> want{{1, 3}, {2, 3}, {3, 3}};
+  const std::vector<std::pair<int64_t, int64_t>> want{{0, 3}, {1, 3}, {2, 3}, {3, 3}};
   EXPECT_EQ(calls, want);
   EXPECT_EQ(ck->shard_count(), 3);
 }

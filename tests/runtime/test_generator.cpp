@@ -206,8 +206,8 @@ TEST(Generator, PrefillProgressIsReportedAfterEachChunk) {
     };
     k3::SequenceState seq = lm.model->new_sequence();
     k3::generate(*lm.model, seq, kPrompt, s, o, [](int32_t) { return true; });
-    // 8 prompt ids in chunks of 3
-    const std::vector<std::pair<int64_t, int64_t>> want{{3, 8}, {6, 8}, {8, 8}};
+    // 8 prompt ids in chunks of 3, announced first
+    const std::vector<std::pair<int64_t, int64_t>> want{{0, 8}, {3, 8}, {6, 8}, {8, 8}};
     EXPECT_EQ(calls, want) << (cached ? "through the prefix cache" : "plain prefill");
   }
 }
@@ -219,13 +219,14 @@ TEST(Generator, LoadProgressReportsShardsAndTrunkQuantization) {
   mo.progress = [&](std::string_view what, int64_t done, int64_t total) { calls.emplace_back(what, done, total); };
   const k3::LoadedModel lm = k3::LoadedModel::open(k3test::tiny_model_dir(), mo);
   const int64_t n_shards = lm.checkpoint->shard_count();
-  int64_t shards_seen = 0, quant_seen = 0, quant_total = -1;
+  // each step: 0 first, then 1, 2, ... total, one call at a time
+  int64_t shards_seen = -1, quant_seen = -1, quant_total = -1;
   for (const auto& [what, done, total] : calls) {
     if (what == "shard headers") {
       EXPECT_EQ(done, ++shards_seen);
       EXPECT_EQ(total, n_shards);
     } else if (what == "trunk quantization") {
-      EXPECT_EQ(done, ++quant_seen);  // one call at a time, in order
+      EXPECT_EQ(done, ++quant_seen);
       quant_total = total;
     } else {
       ADD_FAILURE() << "unexpected step " << what;

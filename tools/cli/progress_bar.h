@@ -30,7 +30,7 @@ class ProgressBar {
 
   void update(std::string_view what, int64_t done, int64_t total) {
     const auto now = std::chrono::steady_clock::now();
-    if (what != what_) {  // a new step
+    if (what != what_ || done == 0) {  // a new step
       finish();
       what_ = std::string(what);
       t0_ = now;
