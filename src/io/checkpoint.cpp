@@ -195,11 +195,15 @@ class CheckpointImpl final : public Checkpoint {
       }
       sax.entries.clear();
       sax.entries.shrink_to_fit();
+      int64_t n_done = 0;
+      const int64_t n_shards = static_cast<int64_t>(first_tensor.size());
+      if (options_.progress) options_.progress("shard headers", 0, n_shards);
       for (const auto& [fn, t] : first_tensor) {
         if (!fs::exists(dir_ / fn))
           throw Error(origin + ": shard '" + fn + "' (holding e.g. tensor '" + t + "') does not exist in " +
                       dir_.string());
         add_file(fn);
+        if (options_.progress) options_.progress("shard headers", ++n_done, n_shards);
       }
       index_names();
       for (const auto& v : tensors_) {
@@ -213,7 +217,9 @@ class CheckpointImpl final : public Checkpoint {
         if (!by_name_.count(name))
           throw Error(origin + ": index maps tensor '" + name + "' to " + fn + ", but that shard has no such tensor");
     } else if (fs::exists(dir_ / "model.safetensors")) {
+      if (options_.progress) options_.progress("shard headers", 0, 1);
       add_file("model.safetensors");
+      if (options_.progress) options_.progress("shard headers", 1, 1);
       index_names();
     } else {
       throw Error(dir_.string() + ": neither model.safetensors.index.json nor model.safetensors found");

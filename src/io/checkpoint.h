@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/progress.h"
 #include "core/tensor.h"
 #include "io/config.h"
 
@@ -18,6 +19,9 @@ struct CheckpointOptions {
   /// nullptr (for `k3 info`, which needs names, shapes and dtypes only: the real K3's 96 shards
   /// would otherwise reserve 1.56 TB of address space).
   bool map_data = true;
+  /// Called with ("shard headers", 0, shard count) before the first shard and after each shard's
+  /// header is read (shards done); may be empty.
+  ProgressFn progress;
 };
 
 class Checkpoint {

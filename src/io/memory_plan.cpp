@@ -54,6 +54,23 @@ WeightBytes weight_bytes(const Checkpoint& ck) {
   return weight_bytes(v);
 }
 
+WeightBytes weight_bytes(const ModelConfig& c) {
+  WeightBytes w;
+  for_each_tensor_spec(c, [&](const TensorSpec& spec) {
+    for (const StoredTensor& t : stored_tensors(spec)) {
+      uint64_t n = dtype_size(t.dtype);
+      for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+      const std::vector<TensorBytes> one{{t.name, t.dtype, n}};
+      const WeightBytes b = weight_bytes(one);
+      w.embedding += b.embedding;
+      w.bf16 += b.bf16;
+      w.f32 += b.f32;
+      w.experts += b.experts;
+    }
+  });
+  return w;
+}
+
 namespace {
 
 std::string gb(double b) {

@@ -60,6 +60,10 @@ struct TensorBytes {
 WeightBytes weight_bytes(const std::vector<TensorBytes>& tensors);
 /// From an opened checkpoint's text tensors (headers only; works without map_data).
 WeightBytes weight_bytes(const Checkpoint& ck);
+/// Of a complete published checkpoint of config `c`, from the tensor table alone (no shards:
+/// each tensor in its published dtype and unpadded shape; K3's A_log is stored padded to 128,
+/// 8,832 F32 bytes more in all).
+WeightBytes weight_bytes(const ModelConfig& c);
 
 struct PlanRequest {
   uint64_t ram_bytes = 0;                        ///< machine RAM

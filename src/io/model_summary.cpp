@@ -86,6 +86,22 @@ CheckpointStats checkpoint_stats(const Checkpoint& ck) {
   return st;
 }
 
+CheckpointStats published_text_stats(const ModelConfig& c) {
+  CheckpointStats st;
+  for_each_tensor_spec(c, [&](const TensorSpec& spec) {
+    for (const StoredTensor& t : stored_tensors(spec)) {
+      uint64_t n = dtype_size(t.dtype);
+      for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+      ++st.n_tensors;
+      ++st.n_text;
+      st.text_bytes += n;
+      st.text_bytes_by_dtype[t.dtype] += n;
+      ++st.text_tensors_by_dtype[t.dtype];
+    }
+  });
+  return st;
+}
+
 std::string format_layer_plan(const ModelConfig& c) {
   std::string r;
   const int B = c.attn_res_block_size > 0 ? c.attn_res_block_size : 12;

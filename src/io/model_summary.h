@@ -56,6 +56,10 @@ struct CheckpointStats {
   std::map<DType, int64_t> text_tensors_by_dtype;
 };
 CheckpointStats checkpoint_stats(const Checkpoint& ck);
+/// What a complete published checkpoint of config `c` would hold, from the tensor table alone
+/// (io/tensor_table.h, each tensor in its published dtype and unpadded shape): for `k3 info` on
+/// a directory with config.json but no shards. Text tensors only; shard_count = 0.
+CheckpointStats published_text_stats(const ModelConfig& c);
 
 /// Multi-line layer plan: one row per AttnRes block ("K"/"M" attention, "d" suffix = dense FFN).
 std::string format_layer_plan(const ModelConfig& c);

@@ -53,7 +53,7 @@ struct Model::Impl {
     if (has_mla) mla = MlaDims::from(cfg);
     if (has_moe) moe = MoeDims::from(cfg);
     act = GluActivation::from(cfg);
-    if (opt.trunk_quant && ex.fast) quantize_trunk(w, *opt.trunk_quant);
+    if (opt.trunk_quant && ex.fast) quantize_trunk(w, *opt.trunk_quant, opt.progress);
     if (opt.expert_store)
       for (size_t il = 0; il < w.layers.size(); ++il)
         if (w.layers[il].spec.ffn == FfnKind::LatentMoE) {

@@ -84,6 +84,9 @@ struct ModelOptions {
   /// Trunk quantized at load (`--trunk-type q8|q4`, model/weights.h quantize_trunk); unset: the
   /// BF16 trunk as published. Used by the Fast kernels (the Reference oracle reads the BF16).
   std::optional<QuantKind> trunk_quant;
+  /// Progress of the long steps of loading (LoadedModel::open's shard headers, the trunk
+  /// quantization); may be empty. Not part of the model's numerics.
+  ProgressFn progress;
 };
 
 /// Which logits rows a batch entry wants back.

@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "core/bf16.h"
@@ -197,7 +198,7 @@ ModelWeights bind_weights(const Checkpoint& ck) {
   return w;
 }
 
-uint64_t quantize_trunk(ModelWeights& w, QuantKind kind) {
+uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progress) {
   std::vector<const TensorView**> slots;
   auto add = [&](const TensorView*& p) {
     if (p && p->dtype == DType::BF16 && p->shape.size() == 2 && p->shape[1] % 32 == 0 && !p->quant) slots.push_back(&p);
@@ -221,8 +222,18 @@ uint64_t quantize_trunk(ModelWeights& w, QuantKind kind) {
     }
   }
   std::vector<QuantMatrix> q(slots.size());
-  parallel_for(static_cast<int64_t>(slots.size()), 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) q[static_cast<size_t>(i)] = quantize_matrix(**slots[static_cast<size_t>(i)], kind);
+  std::mutex progress_mu;
+  int64_t n_done = 0;
+  const int64_t n_slots = static_cast<int64_t>(slots.size());
+  if (progress) progress("trunk quantization", 0, n_slots);
+  parallel_for(n_slots, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      q[static_cast<size_t>(i)] = quantize_matrix(**slots[static_cast<size_t>(i)], kind);
+      if (progress) {
+        std::lock_guard<std::mutex> lock(progress_mu);
+        progress("trunk quantization", ++n_done, n_slots);
+      }
+    }
   });
   uint64_t bytes = 0;
   for (size_t i = 0; i < slots.size(); ++i) {

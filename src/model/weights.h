@@ -112,6 +112,8 @@ ModelWeights bind_weights(const Checkpoint& ck);
 /// BF16: the embedding (row lookups), the routers (expert selection), kv_b, matrices whose
 /// column count is not a multiple of 32; routed experts stay MXFP4. Returns the bytes of the
 /// encodings. Errors: those of quantize_matrix (NaN/Inf in a weight, naming it).
-uint64_t quantize_trunk(ModelWeights& w, QuantKind kind);
+/// `progress` (may be empty) is called with ("trunk quantization", matrices done, matrices), one
+/// call at a time: 0 first, then after each matrix.
+uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progress = {});
 
 }  // namespace k3

@@ -19,20 +19,23 @@ const char* stop_reason_name(StopReason r) {
   return "?";
 }
 
-std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<const int32_t> tokens, int64_t n_batch) {
+std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<const int32_t> tokens, int64_t n_batch,
+                           const ProgressFn& progress) {
   if (tokens.empty()) throw Error("prefill: the prompt is empty (expected at least 1 token)");
   if (n_batch < 1) throw Error("-b/--batch-size: expected >= 1, found " + std::to_string(n_batch));
   std::vector<float> logits;
+  if (progress) progress("prefill", 0, static_cast<int64_t>(tokens.size()));
   for (std::size_t i = 0; i < tokens.size(); i += static_cast<std::size_t>(n_batch)) {
     const std::size_t n = std::min(tokens.size() - i, static_cast<std::size_t>(n_batch));
     logits = model.forward(seq, tokens.subspan(i, n), false);
+    if (progress) progress("prefill", static_cast<int64_t>(i + n), static_cast<int64_t>(tokens.size()));
   }
   return logits;
 }
 
 std::vector<float> prefill_cached(const Model& model, PrefixCache& cache, SequenceState& seq,
                                   std::span<const int32_t> prompt, int64_t n_batch, PrefixCache::Pin* pin,
-                                  int64_t* n_reused) {
+                                  int64_t* n_reused, const ProgressFn& progress) {
   if (prompt.empty()) throw Error("prefill: the prompt is empty (expected at least 1 token)");
   if (n_batch < 1) throw Error("-b/--batch-size: expected >= 1, found " + std::to_string(n_batch));
   if (seq.n_past() != 0) throw Error("prefill_cached: the sequence must be fresh (it holds " +
@@ -40,9 +43,11 @@ std::vector<float> prefill_cached(const Model& model, PrefixCache& cache, Sequen
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int64_t B = cache.options().block_tokens;
   int64_t pos = cache.lookup(prompt, &seq, pin);
+  const int64_t reused = pos;
   if (n_reused != nullptr) *n_reused = pos;
   const std::vector<int64_t> cuts = cache.snapshot_points(n);
   std::vector<float> logits;
+  if (progress && pos < n) progress("prefill", 0, n - reused);
   while (pos < n) {
     int64_t end = std::min(n, pos + n_batch);
     for (int64_t c : cuts)
@@ -52,6 +57,7 @@ std::vector<float> prefill_cached(const Model& model, PrefixCache& cache, Sequen
       }
     logits = model.forward(seq, prompt.subspan(static_cast<size_t>(pos), static_cast<size_t>(end - pos)), false);
     pos = end;
+    if (progress) progress("prefill", pos - reused, n - reused);
     if (pos % B == 0 || pos == n) cache.store(prompt.first(static_cast<size_t>(pos)), n, seq, pin);
   }
   return logits;
@@ -83,10 +89,10 @@ GenerateResult generate(const Model& model, SequenceState& seq, std::span<const 
   PrefixCache::Pin pin;  // the cached blocks this generation uses
   std::vector<float> logits;
   if (opt.cache != nullptr) {
-    logits = prefill_cached(model, *opt.cache, seq, prompt, opt.n_batch, &pin, &r.n_reused);
+    logits = prefill_cached(model, *opt.cache, seq, prompt, opt.n_batch, &pin, &r.n_reused, opt.on_prefill_progress);
     r.n_prompt -= r.n_reused;
   } else {
-    logits = prefill(model, seq, prompt, opt.n_batch);
+    logits = prefill(model, seq, prompt, opt.n_batch, opt.on_prefill_progress);
   }
   for (int32_t id : prompt) sampler.accept(id);
   r.prompt_ms = t.ms();

@@ -35,6 +35,10 @@ struct GenerateOptions {
   /// When set, the decode loop is speculative (drafts verified in one forward, exact rollback;
   /// same ids as plain decoding at temp <= 0, same distribution otherwise). Not owned.
   Speculator* speculative = nullptr;
+  /// Called with ("prefill", 0, prompt ids to compute) before the first prefill piece and after
+  /// each piece with the ids computed so far; ids resumed from the prefix cache are not counted.
+  /// Optional (a progress display).
+  ProgressFn on_prefill_progress;
 };
 
 struct GenerateResult {
@@ -67,7 +71,9 @@ void check_prompt_fits(int64_t n_past, int64_t n_prompt, int64_t n_ctx);
 
 /// Feeds `tokens` into `seq` in chunks of n_batch and returns the logits of the last token
 /// ([vocab] fp32). Errors: k3::Error for an empty `tokens` or n_batch < 1, and Model::forward's.
-std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<const int32_t> tokens, int64_t n_batch);
+/// `progress` (may be empty): ("prefill", ids fed, tokens.size()) before the first chunk (0) and after each.
+std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<const int32_t> tokens, int64_t n_batch,
+                           const ProgressFn& progress = {});
 
 /// prefill() through a prefix cache: `seq` (fresh) resumes at cache.lookup(prompt) (the reused
 /// count goes to *n_reused), the rest is fed in pieces of at most n_batch that also end at the
@@ -78,6 +84,6 @@ std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<con
 /// Errors: as prefill(), and k3::Error when `seq` is not fresh.
 std::vector<float> prefill_cached(const Model& model, PrefixCache& cache, SequenceState& seq,
                                   std::span<const int32_t> prompt, int64_t n_batch, PrefixCache::Pin* pin,
-                                  int64_t* n_reused);
+                                  int64_t* n_reused, const ProgressFn& progress = {});
 
 }  // namespace k3

@@ -15,7 +15,9 @@ LoadedModel LoadedModel::open(const std::filesystem::path& dir, const ModelOptio
     throw Error("-m/--model: '" + dir.string() + "' is not a directory (expected a K3 checkpoint directory)");
   Timer t;
   LoadedModel m;
-  m.checkpoint = Checkpoint::open(dir);
+  CheckpointOptions co;
+  co.progress = options.progress;
+  m.checkpoint = Checkpoint::open(dir, co);
   m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(dir));
   const int vocab = m.checkpoint->config().vocab_size;
   if (m.tokenizer->vocab_size() > vocab)

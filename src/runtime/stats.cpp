@@ -38,6 +38,7 @@ std::string RunStats::line() const {
                 static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0),
                 static_cast<double>(state_bytes) / (1024.0 * 1024.0));
   std::string s = b;
+  if (!threads.empty()) s += " | threads: " + threads;
   if (show_seed) s += " | seed: " + std::to_string(seed);
   return s;
 }

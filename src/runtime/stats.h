@@ -35,9 +35,11 @@ struct RunStats {
   uint64_t state_bytes = 0;  ///< SequenceState::bytes() at the end
   uint64_t seed = 0;
   bool show_seed = false;
+  std::string threads;     ///< worker count and wait policy as the caller words it, e.g. "2 (passive wait)"
 
   /// "load: X ms | prompt: N tok, X tok/s | gen: N tok, X tok/s | peak RSS: X MiB | state: X MiB"
-  /// (+ " | seed: S" when show_seed). Rates are "-" when the count or time is zero.
+  /// (+ " | threads: T" when `threads` is set, + " | seed: S" when show_seed). Rates are "-" when
+  /// the count or time is zero.
   std::string line() const;
 };
 

@@ -255,3 +255,18 @@ TEST(Checkpoint, BadConfigKeyNamesFile) {
   fx.config["text_config"].erase("vocab_size");
   EXPECT_OPEN_ERR(fx, "config.json: missing required key 'text_config.vocab_size'");
 }
+
+TEST(Checkpoint, ProgressIsReportedPerShardHeader) {
+  k3test::TempDir d;
+  k3test::tiny_checkpoint().write(d.path());
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  k3::CheckpointOptions o;
+  o.progress = [&](std::string_view what, int64_t done, int64_t total) {
+    EXPECT_EQ(what, "shard headers");
+    calls.emplace_back(done, total);
+  };
+  const auto ck = k3::Checkpoint::open(d.path(), o);
+  const std::vector<std::pair<int64_t, int64_t>> want{{0, 3}, {1, 3}, {2, 3}, {3, 3}};
+  EXPECT_EQ(calls, want);
+  EXPECT_EQ(ck->shard_count(), 3);
+}

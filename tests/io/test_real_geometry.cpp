@@ -11,6 +11,7 @@
 
 #include "checkpoint_writer.h"
 #include "io/checkpoint.h"
+#include "io/memory_plan.h"
 #include "io/model_summary.h"
 #include "io/tensor_table.h"
 
@@ -131,4 +132,25 @@ TEST(RealGeometry, FullK3InventoryInSparseShards) {
   const auto ms = [](auto a, auto b) { return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count(); };
   std::printf("real geometry: write %lld ms, open+validate %lld ms, %.1f MB on disk\n",
               static_cast<long long>(ms(t0, t1)), static_cast<long long>(ms(t1, t2)), allocated / 1e6);
+}
+
+// `k3 info models/k3-config` (config + tokenizer, no weights) reports the published layout from
+// the tensor table: the same figures as the full sparse inventory above, but for A_log, which the
+// table counts unpadded (96 of the 128 stored F32 entries: 69 x 32 x 4 = 8,832 bytes fewer).
+TEST(RealGeometry, PublishedInventoryFromConfigAlone) {
+  for (const std::string path : {kRealConfig, std::string(K3_SOURCE_DIR) + "/models/k3-config/config.json"}) {
+    SCOPED_TRACE(path);
+    const ModelConfig c = load_config(path);
+    const CheckpointStats st = published_text_stats(c);
+    EXPECT_EQ(st.shard_count, 0);
+    EXPECT_EQ(st.n_text, 494592 + 2460);
+    EXPECT_EQ(st.n_vision, 0);
+    EXPECT_EQ(st.text_bytes, 113509540864ull + 1446456066048ull - 8832);
+    EXPECT_EQ(st.text_bytes_by_dtype.at(DType::U8), 1446456066048ull);
+    EXPECT_EQ(st.text_tensors_by_dtype.at(DType::U8), 494592);
+    const WeightBytes w = weight_bytes(c);
+    EXPECT_EQ(w.experts, 1446456066048ull);
+    EXPECT_EQ(w.embedding, 163840ull * 7168 * 2);
+    EXPECT_EQ(w.embedding + w.bf16 + w.f32, 113509540864ull - 8832);
+  }
 }

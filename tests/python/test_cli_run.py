@@ -30,7 +30,7 @@ import k3_ref  # noqa: E402
 K3 = os.environ.get("K3_BIN", os.path.join(ROOT, "build", "tools", "cli", "k3"))
 MINI = os.path.join(ROOT, "models", "k3-mini")
 STATS_RE = re.compile(r"^load: \d+ ms \| prompt: \d+ tok, [\d.]+ tok/s \| gen: \d+ tok, ([\d.]+|-) tok/s \| "
-                      r"peak RSS: [\d.]+ MiB \| state: [\d.]+ MiB( \| seed: \d+)?$")
+                      r"peak RSS: [\d.]+ MiB \| state: [\d.]+ MiB \| threads: \d+ \([^)]+\)( \| seed: \d+)?$")
 
 
 def k3(*args, stdin=None, timeout=300, mxfp4="exact"):

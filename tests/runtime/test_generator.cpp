@@ -4,6 +4,10 @@
 
 #include <atomic>
 #include <cmath>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -182,4 +186,53 @@ TEST(Generator, OpenRejectsMissingDirAndMissingTokenizer) {
   } catch (const k3::Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/k3-dir"), std::string::npos);
   }
+}
+
+TEST(Generator, PrefillProgressIsReportedAfterEachChunk) {
+  const auto& lm = k3test::tiny();
+  for (const bool cached : {false, true}) {
+    k3::Sampler s = greedy_sampler();
+    k3::GenerateOptions o;
+    o.n_predict = 1;
+    o.n_batch = 3;
+    k3::PrefixCacheOptions po;
+    po.block_tokens = 64;
+    k3::PrefixCache cache(*lm.model, "progress-test", po);
+    if (cached) o.cache = &cache;
+    std::vector<std::pair<int64_t, int64_t>> calls;
+    o.on_prefill_progress = [&](std::string_view what, int64_t done, int64_t total) {
+      EXPECT_EQ(what, "prefill");
+      calls.emplace_back(done, total);
+    };
+    k3::SequenceState seq = lm.model->new_sequence();
+    k3::generate(*lm.model, seq, kPrompt, s, o, [](int32_t) { return true; });
+    // 8 prompt ids in chunks of 3, announced first
+    const std::vector<std::pair<int64_t, int64_t>> want{{0, 8}, {3, 8}, {6, 8}, {8, 8}};
+    EXPECT_EQ(calls, want) << (cached ? "through the prefix cache" : "plain prefill");
+  }
+}
+
+TEST(Generator, LoadProgressReportsShardsAndTrunkQuantization) {
+  std::vector<std::tuple<std::string, int64_t, int64_t>> calls;
+  k3::ModelOptions mo;
+  mo.trunk_quant = k3::QuantKind::Q8;
+  mo.progress = [&](std::string_view what, int64_t done, int64_t total) { calls.emplace_back(what, done, total); };
+  const k3::LoadedModel lm = k3::LoadedModel::open(k3test::tiny_model_dir(), mo);
+  const int64_t n_shards = lm.checkpoint->shard_count();
+  // each step: 0 first, then 1, 2, ... total, one call at a time
+  int64_t shards_seen = -1, quant_seen = -1, quant_total = -1;
+  for (const auto& [what, done, total] : calls) {
+    if (what == "shard headers") {
+      EXPECT_EQ(done, ++shards_seen);
+      EXPECT_EQ(total, n_shards);
+    } else if (what == "trunk quantization") {
+      EXPECT_EQ(done, ++quant_seen);
+      quant_total = total;
+    } else {
+      ADD_FAILURE() << "unexpected step " << what;
+    }
+  }
+  EXPECT_EQ(shards_seen, n_shards);
+  EXPECT_GT(quant_seen, 0);
+  EXPECT_EQ(quant_seen, quant_total);
 }

@@ -46,3 +46,14 @@ TEST(Stats, TimerMeasuresElapsedMilliseconds) {
   EXPECT_GT(t.ms(), 0.0);
   EXPECT_LT(t.ms(), 60000.0);
 }
+
+TEST(Stats, LineNamesThreadsBeforeSeed) {
+  k3::RunStats s;
+  s.threads = "2 (passive wait)";
+  s.show_seed = true;
+  s.seed = 7;
+  const std::string l = s.line();
+  EXPECT_NE(l.find(" | state: 0.00 MiB | threads: 2 (passive wait) | seed: 7"), std::string::npos) << l;
+  s.threads.clear();
+  EXPECT_EQ(s.line().find("threads"), std::string::npos);
+}

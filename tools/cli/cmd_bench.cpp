@@ -36,6 +36,7 @@
 #include "kernels/ops.h"
 #include "kernels/read_bandwidth.h"
 #include "kernels/threads.h"
+#include "omp_wait.h"
 #include "model/k3_model.h"
 #include "runtime/nonfinite.h"
 
@@ -276,6 +277,7 @@ void run(const Options& o) {
   if (o.json) {
     nlohmann::json j = {
         {"model", o.model}, {"isa", k3::isa_name(k3::active_isa())}, {"threads", nt},
+        {"omp_wait", k3cli::omp_wait_policy()},
         {"kernels", kernels}, {"mxfp4", mxfp4},
         {"pp", {{"n_prompt", o.prompt}, {"seconds", pp}, {"median_s", pp_s}, {"tokens_per_s", pp_tps}}},
         {"tg", {{"n_gen", o.gen}, {"seconds", tg}, {"median_s", tg_s}, {"tokens_per_s", tg_tps}}},
@@ -304,8 +306,9 @@ void run(const Options& o) {
   std::printf("model %s: %d layers (%d KDA, %d MLA, %d MoE of %d experts, top-%d), vocab %d\n",
               o.model.c_str(), c.num_hidden_layers, c.n_kda_layers(), c.n_mla_layers(),
               c.n_moe_layers(), c.num_experts, c.num_experts_per_token, c.vocab_size);
-  std::printf("kernels %s, ISA %s, MXFP4 %s, %d threads; page-in %.1f s; medians of %d runs\n\n",
-              kernels, k3::isa_name(k3::active_isa()), mxfp4.c_str(), nt, t_page, o.reps);
+  std::printf("kernels %s, ISA %s, MXFP4 %s, %d threads (%s); page-in %.1f s; medians of %d runs\n\n",
+              kernels, k3::isa_name(k3::active_isa()), mxfp4.c_str(), nt, k3cli::omp_wait_policy().c_str(), t_page,
+              o.reps);
   std::printf("| test | t/s | ms/token | weight GB/token | read GB/s | %% of probe |\n|---|---|---|---|---|---|\n");
   std::printf("| pp%d | %.2f | %.2f | | | |\n", o.prompt, pp_tps, 1e3 / pp_tps);
   std::printf("| tg%d | %.3f | %.1f | %.3f | %.2f | %.0f%% |\n\n", o.gen, tg_tps, 1e3 / tg_tps,

@@ -1,8 +1,13 @@
 // `k3 chat -m DIR`: interactive multi-turn chat in the K3 chat format (spec §5.2). Reads one user
 // message per line from stdin (a terminal or a pipe), renders the conversation with render_chat,
-// streams the answer with the markup stripped (reasoning dimmed on a terminal, or hidden with
-// --hide-thinking), stops at <|end_of_msg|>, and keeps the parsed assistant message (reasoning +
-// content) for the next turn. Ctrl-C stops the current answer; Ctrl-D (EOF) exits 0.
+// streams the answer with the markup stripped, stops at <|end_of_msg|>, and keeps the parsed
+// assistant message (reasoning + content) for the next turn. Ctrl-C stops the current answer;
+// Ctrl-D (EOF) exits 0. Thinking (--thinking): `fold` (default) shows its first lines, then one
+// line saying how many tokens were folded; `/thinking` or `/think` as a message prints the last
+// turn's whole thinking; `full` streams all of it; `hide` prints one line with its token count.
+// It is dimmed on a terminal and wrapped in <think> ... </think> lines otherwise (no ANSI codes
+// when stdout is not a terminal). A turn that ends inside the think channel, or at the -n limit,
+// ends with a one-line notice saying so and what to change.
 // Each turn the whole conversation is the prompt; the prefix cache (runtime/prefix_cache.h) resumes it at its longest cached prefix.
 // The conversation survives a full context: when it no longer fits in -c (with room for the
 // answer) the oldest turns are dropped at turn boundaries, the system message kept
@@ -12,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <cstring>
 #include <optional>
 #include <filesystem>
 #include <cstdio>
@@ -25,6 +31,7 @@
 #include "flag_checks.h"
 #include "cache_flags.h"
 #include "gen_flags.h"
+#include "progress_bar.h"
 #include "spec_flags.h"
 #include "runtime/chat_history.h"
 #include "runtime/chat_stream.h"
@@ -62,7 +69,7 @@ struct ChatCliOptions {
   std::string system;
   std::string effort = "max";
   bool no_think = false;
-  bool hide_thinking = false;
+  std::string thinking = "fold";  ///< fold | full | hide (--show-thinking = full, --hide-thinking = hide)
   bool stats = false;
   bool ignore_eos = false;
   bool strict_utf8 = false;
@@ -104,15 +111,95 @@ void out(const std::string& s) {
   std::fflush(stdout);
 }
 
+// How the think channel is shown (see the file comment). Lines and bytes shown before folding.
+constexpr int kFoldLines = 3;
+constexpr std::size_t kFoldBytes = 360;
+
+// The reasoning of one answer as the terminal shows it: in `fold` mode its first kFoldLines
+// lines (at most kFoldBytes bytes, cut at a character boundary), in `full` mode all of it, in
+// `hide` mode nothing; the whole text is kept for /think.
+class ThinkingView {
+ public:
+  ThinkingView(std::string mode, bool tty) : mode_(std::move(mode)), tty_(tty) {}
+  const char* open() const { return tty_ ? "\x1b[2m" : "<think>\n"; }
+  std::string close() const {
+    const char* nl = last_nl_ ? "" : "\n";
+    return tty_ ? std::string("\x1b[0m") + nl : std::string(nl) + "</think>\n";
+  }
+  /// Text shown now for reasoning text `t` (empty once folded or when hidden).
+  std::string add(const std::string& t) {
+    text_ += t;
+    if (mode_ == "hide") return "";
+    if (mode_ == "full") {
+      if (!t.empty()) last_nl_ = t.back() == '\n';
+      return start() + t;
+    }
+    if (folded_) return "";
+    std::string shown;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const unsigned char c = static_cast<unsigned char>(t[i]);
+      const bool boundary = (c & 0xC0) != 0x80;
+      if (boundary && (lines_ >= kFoldLines || bytes_ >= kFoldBytes)) {
+        folded_ = true;
+        break;
+      }
+      if (lines_ == 0 && bytes_ == 0 && shown.empty() && (c == '\n' || c == ' ')) continue;  // leading blank
+      shown.push_back(static_cast<char>(c));
+      ++bytes_;
+      if (c == '\n') ++lines_;
+    }
+    if (shown.empty()) return "";
+    last_nl_ = shown.back() == '\n';
+    return start() + shown;
+  }
+  /// Closes what was shown and, when something was folded or hidden, adds the one-line note.
+  std::string end(int64_t n_tokens) {
+    std::string r;
+    if (open_) r += close();
+    open_ = false;
+    if (text_.empty()) return r;
+    char b[160];
+    if (mode_ == "hide")
+      std::snprintf(b, sizeof b, "[thinking hidden: %lld tokens; /think shows it]\n", static_cast<long long>(n_tokens));
+    else if (folded_)
+      std::snprintf(b, sizeof b, "[thinking: %lld tokens, folded; /think shows all of it]\n",
+                    static_cast<long long>(n_tokens));
+    else
+      return r;
+    r += tty_ ? "\x1b[2m" + std::string(b, std::strlen(b) - 1) + "\x1b[0m\n" : std::string(b);
+    return r;
+  }
+  bool active() const { return open_; }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string start() {
+    if (open_) return "";
+    open_ = true;
+    return open();
+  }
+  std::string mode_;
+  bool tty_;
+  std::string text_;
+  bool open_ = false, folded_ = false, last_nl_ = false;
+  int lines_ = 0;
+  std::size_t bytes_ = 0;
+};
+
 void run(const ChatCliOptions& o) {
   if (o.effort != "low" && o.effort != "high" && o.effort != "max")
     throw k3::Error("--effort: expected low, high or max, found '" + o.effort + "'");
+  if (o.thinking != "fold" && o.thinking != "full" && o.thinking != "hide")
+    throw k3::Error("--thinking: expected fold, full or hide, found '" + o.thinking + "'");
   if (o.gen.n_predict < -1)
     throw k3::Error("-n/--n-predict: expected -1 (until stop) or >= 0, found " + std::to_string(o.gen.n_predict));
   const k3::SamplerParams sp = o.gen.sampler_params();
   k3cli::set_threads(o.gen.threads);
   const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(1);  // memory plan (issue 13)
-  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, o.gen.model_options(), stream);
+  k3cli::ProgressBar progress;  // loads and prefills that take over a second (stderr)
+  k3::ModelOptions mo = o.gen.model_options();
+  mo.progress = progress.fn();
+  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, mo, stream);
   const k3::Tokenizer& tok = *lm.tokenizer;
 
   k3::ChatOptions copt;
@@ -141,10 +228,14 @@ void run(const ChatCliOptions& o) {
   }
 
   const bool tty_in = isatty(0) != 0, tty_out = isatty(1) != 0;
-  const char* dim = tty_out ? "\x1b[2m" : "<think>\n";
-  const char* undim = tty_out ? "\x1b[0m\n" : "\n</think>\n";
+  // notices (folded thinking, a turn without an answer): dimmed on a terminal
+  auto notice = [&](const std::string& s) {
+    out(tty_out ? "\x1b[2m" + s + "\x1b[0m\n" : s + "\n");
+  };
   if (tty_in)
-    std::fprintf(stderr, "k3 chat: %s | Ctrl-C stops an answer, Ctrl-D exits\n", sp.describe().c_str());
+    std::fprintf(stderr, "k3 chat: %s | Ctrl-C stops an answer, Ctrl-D exits%s\n", sp.describe().c_str(),
+                 copt.thinking ? ", /think shows the last thinking" : "");
+  std::string last_thinking;  // for /think
 
   k3::Sampler sampler(sp);
   // Every turn's prompt is the whole conversation: the prefix cache resumes it at the last
@@ -158,6 +249,7 @@ void run(const ChatCliOptions& o) {
   go.n_vocab = tok.vocab_size();
   if (!o.ignore_eos) go.stop_ids = lm.stop_ids();
   go.cancel = &g_interrupted;
+  go.on_prefill_progress = progress.fn();
   k3::LoadedModel draft;
   const std::unique_ptr<k3::Speculator> spec = o.spec.make(lm, sp, o.gen.model_options(), draft);
   go.speculative = spec.get();
@@ -181,6 +273,16 @@ void run(const ChatCliOptions& o) {
       continue;
     }
     if (line.empty()) continue;
+    if (line == "/think" || line == "/thinking") {  // the last answer's whole thinking, not sent
+      if (last_thinking.empty()) {
+        notice("[no thinking in the last answer]");
+      } else {
+        ThinkingView full("full", tty_out);
+        out(full.add(last_thinking));
+        out(full.end(0));
+      }
+      continue;
+    }
     try {
       k3cli::check_utf8(line, o.strict_utf8, "k3 chat: message");
     } catch (const k3::Error& e) {  // --strict-utf8: refused, the conversation goes on
@@ -213,16 +315,22 @@ void run(const ChatCliOptions& o) {
     if (!o.state_save.empty()) go.on_prefilled = [&](const k3::SequenceState& st) { at_prompt = st; };
 
     k3::ChatStream stream(tok, copt.thinking);
-    bool in_reasoning = false;
+    ThinkingView thinking(o.thinking, tty_out);
+    bool reasoning_now = copt.thinking;  // channel of the last text seen
+    bool any_content = false;
+    int64_t n_thinking = 0;              // generated ids while in the think channel
     auto show = [&](const std::vector<k3::ChatPiece>& pieces) {
       for (const auto& p : pieces) {
+        if (p.channel == k3::ChatChannel::Hidden) continue;
         const bool r = p.channel == k3::ChatChannel::Reasoning;
-        if (r && o.hide_thinking) continue;
-        if (r != in_reasoning) {
-          out(r ? dim : undim);
-          in_reasoning = r;
+        if (r) {
+          out(thinking.add(p.text));
+        } else {
+          if (reasoning_now || thinking.active()) out(thinking.end(n_thinking));
+          any_content = any_content || !p.text.empty();
+          out(p.text);
         }
-        out(p.text);
+        reasoning_now = r;
       }
     };
     sampler.reset_history();  // generate() accepts the prompt's ids
@@ -236,6 +344,7 @@ void run(const ChatCliOptions& o) {
         res = k3::generate(*lm.model, seq, std::span<const int32_t>(prompt).subspan(n_continued), sampler, go,
                            [&](int32_t id) {
           show(stream.push(id));
+          if (reasoning_now) ++n_thinking;
           return true;
         });
       } catch (const k3::Error& e) {
@@ -244,8 +353,19 @@ void run(const ChatCliOptions& o) {
       }
     }
     show(stream.flush());
-    if (in_reasoning) out(undim);
+    const bool ended_in_thinking = reasoning_now && !any_content;
+    if (reasoning_now) out(thinking.end(n_thinking));
+    last_thinking = thinking.text();
     out(res.stop == k3::StopReason::Cancelled ? "\n[stopped]\n" : "\n");
+    if (res.stop != k3::StopReason::Cancelled && ended_in_thinking && copt.thinking) {
+      const std::string why = res.stop == k3::StopReason::MaxTokens ? "at the -n limit"
+                              : res.stop == k3::StopReason::ContextFull ? "with the context full"
+                                                                        : "at a stop token";
+      notice("[the answer ended inside its thinking (" + std::to_string(n_thinking) + " tokens, " + why +
+             "): no answer; raise -n, or use --effort low or --no-think]");
+    } else if (res.stop == k3::StopReason::MaxTokens) {
+      notice("[answer cut at the -n limit of " + std::to_string(o.gen.n_predict) + " tokens]");
+    }
     if (res.stop == k3::StopReason::ContextFull)
       std::fprintf(stderr, "k3 chat: the answer filled the context (-c/--ctx-size %lld); the oldest turns go next turn\n",
                    static_cast<long long>(o.gen.n_ctx));
@@ -278,6 +398,7 @@ void run(const ChatCliOptions& o) {
       st.n_gen = static_cast<int64_t>(res.ids.size());
       st.gen_ms = res.gen_ms;
       st.state_bytes = state_bytes;
+      st.threads = k3cli::threads_phrase();
       const std::string c = cache ? k3cli::cache_stats_phrase(*cache, res.n_reused, static_cast<int64_t>(prompt.size()))
                                   : std::string("cache: off");
       std::fprintf(stderr, "%s | %s | stop: %s\n", st.line().c_str(), c.c_str(), k3::stop_reason_name(res.stop));
@@ -295,7 +416,14 @@ k3cli::Registrar reg("chat", "Interactive multi-turn chat in the K3 chat format 
                        sub->add_option("--system", o->system, "system message at the start of the conversation");
                        sub->add_flag("--no-think", o->no_think, "disable thinking (answer directly)");
                        sub->add_option("--effort", o->effort, "thinking effort: low, high or max")->capture_default_str();
-                       sub->add_flag("--hide-thinking", o->hide_thinking, "do not print the reasoning");
+                       sub->add_option("--thinking", o->thinking,
+                                       "how the thinking is shown: fold (its first lines, then a count; /think "
+                                       "shows all of it), full, or hide")
+                           ->capture_default_str();
+                       sub->add_flag_callback("--show-thinking", [o] { o->thinking = "full"; },
+                                              "stream all of the thinking (--thinking full)");
+                       sub->add_flag_callback("--hide-thinking", [o] { o->thinking = "hide"; },
+                                              "print only the thinking's token count (--thinking hide)");
                        sub->add_flag("--ignore-eos", o->ignore_eos,
                                      "do not stop at <|end_of_msg|> / [EOS] (answers end at -n or -c; for testing)");
                        sub->add_flag("--strict-utf8", o->strict_utf8, "refuse (skip) a message that is not valid UTF-8 (default: warn)");

@@ -3,12 +3,15 @@
 // state for N tokens of context. It also loads the tokenizer files (as `k3 run` would) and checks
 // the config's token ids against the vocabulary; --check scans every tensor's bytes for NaN/Inf
 // and impossible MXFP4 scales (io/tensor_check.h), with a progress bar on large checkpoints.
+// A folder with config.json and the tokenizer but no weights (models/k3-config) is reported as
+// such, with the published layout's sizes and the memory plan computed from config.json.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -74,7 +77,7 @@ std::string human_bytes(uint64_t v) {
 }
 
 void print_human(const std::string& dir, const k3::ModelConfig& c, const k3::CheckpointStats& st,
-                 const k3::ParamCounts& p, const k3::StateBytes& sb, int64_t n_ctx) {
+                 const k3::ParamCounts& p, const k3::StateBytes& sb, int64_t n_ctx, bool weights_present) {
   std::printf("checkpoint    %s\n", dir.c_str());
   std::printf("architecture  %s (model_type %s%s)\n", c.architecture.empty() ? "-" : c.architecture.c_str(),
               c.model_type.empty() ? "-" : c.model_type.c_str(), c.wrapped ? ", text model under text_config" : "");
@@ -111,11 +114,18 @@ void print_human(const std::string& dir, const k3::ModelConfig& c, const k3::Che
               human_params(p.routed_active).c_str());
   std::printf("  other       embedding %s, lm_head %s, norms+AttnRes %s\n", human_params(p.embedding).c_str(),
               human_params(p.lm_head).c_str(), human_params(p.norms_attn_res).c_str());
-  std::printf("tensors       %lld in %d shard(s): %lld text, %lld vision (skipped)\n",
-              static_cast<long long>(st.n_tensors), st.shard_count, static_cast<long long>(st.n_text),
-              static_cast<long long>(st.n_vision));
-  std::printf("weights       text %s (%s bytes), vision %s\n", human_bytes(st.text_bytes).c_str(),
-              group_digits(static_cast<int64_t>(st.text_bytes)).c_str(), human_bytes(st.vision_bytes).c_str());
+  if (weights_present) {
+    std::printf("tensors       %lld in %d shard(s): %lld text, %lld vision (skipped)\n",
+                static_cast<long long>(st.n_tensors), st.shard_count, static_cast<long long>(st.n_text),
+                static_cast<long long>(st.n_vision));
+    std::printf("weights       text %s (%s bytes), vision %s\n", human_bytes(st.text_bytes).c_str(),
+                group_digits(static_cast<int64_t>(st.text_bytes)).c_str(), human_bytes(st.vision_bytes).c_str());
+  } else {
+    std::printf("tensors       ABSENT: no shards in this folder; the published layout has %lld text tensors\n",
+                static_cast<long long>(st.n_text));
+    std::printf("weights       ABSENT; the published text weights are %s (%s bytes), from config.json\n",
+                human_bytes(st.text_bytes).c_str(), group_digits(static_cast<int64_t>(st.text_bytes)).c_str());
+  }
   for (const auto& [dt, b] : st.text_bytes_by_dtype)
     std::printf("  %-11s %s in %lld tensors\n", std::string(k3::dtype_name(dt)).c_str(), human_bytes(b).c_str(),
                 static_cast<long long>(st.text_tensors_by_dtype.at(dt)));
@@ -196,7 +206,7 @@ struct InfoOptions {
 // The plans of --plan, one per --ram-gb value; bandwidths from --ram-gbs/--drive-gbs or --probe
 // (RAM: kernels/read_bandwidth.h; drive: io/drive_probe.h, random expert-sized O_DIRECT reads
 // of the shards, skipped with a note when the shards are sparse).
-std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::Checkpoint& ck) {
+std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::ModelConfig& config, const k3::WeightBytes& wb) {
   const auto tt = k3::trunk_type_from_name(o.trunk_type);
   if (!tt) throw k3::Error("--trunk-type: expected bf16, q8 or q4, found '" + o.trunk_type + "'");
   if (o.ram_gb.empty()) throw k3::Error("--plan: give the machine's RAM with --ram-gb N (several values allowed)");
@@ -205,8 +215,9 @@ std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::Checkpoin
     if (ram_gbs <= 0) ram_gbs = k3::measure_read_bandwidth(256ull << 20, 5).median_gbs;
     if (drive_gbs <= 0) {
       std::vector<std::string> files;
+      const std::filesystem::path dir = o.dir;
       uint64_t allocated = 0, size = 0;
-      for (const auto& e : std::filesystem::directory_iterator(ck.dir()))
+      for (const auto& e : std::filesystem::directory_iterator(dir))
         if (e.path().extension() == ".safetensors") {
           files.push_back(e.path().string());
           struct stat sb{};
@@ -215,14 +226,15 @@ std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::Checkpoin
             size += static_cast<uint64_t>(sb.st_size);
           }
         }
-      if (allocated * 2 < size) {
+      if (files.empty()) {
+        std::fprintf(stderr, "plan: no shards in %s: no drive probe; give --drive-gbs\n", o.dir.c_str());
+      } else if (allocated * 2 < size) {
         std::fprintf(stderr, "plan: the shards are sparse (%.1f of %.1f GB allocated): no drive probe; give --drive-gbs\n",
                      static_cast<double>(allocated) / 1e9, static_cast<double>(size) / 1e9);
       } else {
         k3::DriveProbeOptions po;  // records of this checkpoint's expert size (K3: 17.55 MB)
-        const k3::WeightBytes wb0 = k3::weight_bytes(ck);
-        const int64_t n_exp = int64_t{ck.config().n_moe_layers()} * ck.config().num_experts;
-        if (n_exp > 0 && wb0.experts > 0) po.record_bytes = wb0.experts / static_cast<uint64_t>(n_exp);
+        const int64_t n_exp = int64_t{config.n_moe_layers()} * config.num_experts;
+        if (n_exp > 0 && wb.experts > 0) po.record_bytes = wb.experts / static_cast<uint64_t>(n_exp);
         po.random = true;
         po.records = 32;
         const auto r = k3::probe_drive(files, po);
@@ -233,7 +245,6 @@ std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::Checkpoin
       }
     }
   }
-  const k3::WeightBytes wb = k3::weight_bytes(ck);
   std::vector<k3::MemoryPlan> plans;
   for (double g : o.ram_gb) {
     if (!(g > 0 && g < 1e7)) throw k3::Error("--ram-gb: expected a number of GB > 0, found " + fmt_g(g));
@@ -247,7 +258,7 @@ std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::Checkpoin
     r.prefix_cache_bytes = static_cast<uint64_t>(o.prefix_cache_gb * 1e9);
     r.ram_gbs = ram_gbs;
     r.drive_gbs = drive_gbs;
-    plans.push_back(k3::make_memory_plan(ck.config(), wb, r));
+    plans.push_back(k3::make_memory_plan(config, wb, r));
   }
   return plans;
 }
@@ -331,6 +342,73 @@ CheckResult check_tensors(const k3::Checkpoint& ck) {
   return r;
 }
 
+// A folder with config.json but no shards and no index (e.g. models/k3-config: K3's config and
+// tokenizer without the 1.56 TB of weights): the sizes are the published inventory computed from
+// config.json (io/tensor_table.h), said so on stderr, and --check is refused.
+bool weights_absent(const std::filesystem::path& dir) {
+  if (!std::filesystem::is_directory(dir) || !std::filesystem::exists(dir / "config.json")) return false;
+  if (std::filesystem::exists(dir / "model.safetensors.index.json")) return false;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") return false;
+  return true;
+}
+
+void run_info(const InfoOptions& o) {
+  const bool absent = weights_absent(o.dir);
+  if (absent && o.check)
+    throw k3::Error("info --check: " + o.dir + " holds no weights (no *.safetensors, no model.safetensors.index.json): nothing to scan");
+  std::unique_ptr<k3::Checkpoint> ck;
+  k3::ModelConfig config;
+  if (absent) {
+    config = k3::load_config(std::filesystem::path(o.dir) / "config.json");
+  } else {
+    // headers only (pread, nothing mapped) unless --check reads the bytes
+    k3::CheckpointOptions co;
+    co.map_data = o.check;
+    ck = k3::Checkpoint::open(o.dir, co);
+    config = ck->config();
+  }
+  const k3::ModelConfig& c = config;
+  // the tokenizer files `k3 run` would load (tiktoken.model, tokenizer_config.json)
+  const k3::Tokenizer tok = k3::Tokenizer::load(o.dir);
+  if (tok.vocab_size() > c.vocab_size)
+    throw k3::Error(o.dir + ": the tokenizer has " + std::to_string(tok.vocab_size()) +
+                    " ids but config.json vocab_size is " + std::to_string(c.vocab_size));
+  k3::check_config_token_ids(c, tok.vocab_size(), o.dir + "/config.json");
+  sb_total_checked(k3::state_bytes(c), o.n_ctx);
+  if (o.check) {
+    const CheckResult cr = check_tensors(*ck);
+    if (!cr.findings.empty()) {
+      std::string msg = "info --check: " + std::to_string(cr.findings.size()) +
+                        " tensor(s) hold non-finite values or impossible MXFP4 scales: ";
+      for (size_t i = 0; i < cr.findings.size() && i < 8; ++i) msg += (i ? "; " : "") + cr.findings[i];
+      if (cr.findings.size() > 8) msg += "; and " + std::to_string(cr.findings.size() - 8) + " more";
+      throw k3::Error(msg);
+    }
+    std::fprintf(stderr, "check: %llu tensors scanned (%s): no NaN, no Inf, no impossible MXFP4 scale\n",
+                 static_cast<unsigned long long>(cr.n_scanned), human_bytes(cr.bytes).c_str());
+  }
+  if (absent)
+    std::fprintf(stderr,
+                 "info: %s holds config.json and the tokenizer but no weights (no *.safetensors): tensors and sizes "
+                 "below are the published layout computed from config.json\n",
+                 o.dir.c_str());
+  const auto st = absent ? k3::published_text_stats(c) : k3::checkpoint_stats(*ck);
+  const auto p = k3::count_params(c);
+  const auto sb = k3::state_bytes(c);
+  std::vector<k3::MemoryPlan> plans;
+  if (o.plan) plans = make_plans(o, c, absent ? k3::weight_bytes(c) : k3::weight_bytes(*ck));
+  if (o.json) {
+    nlohmann::json j = to_json(o.dir, c, st, p, sb, o.n_ctx);
+    j["weights_present"] = !absent;
+    for (const auto& pl : plans) j["plans"].push_back(plan_json(pl));
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    print_human(o.dir, c, st, p, sb, o.n_ctx, !absent);
+    for (const auto& pl : plans) std::printf("\n%s", pl.format().c_str());
+  }
+}
+
 k3cli::Registrar reg("info", "Validate a checkpoint and print its architecture, sizes and state memory",
                      [](CLI::App* sub) {
                        auto opt = std::make_shared<InfoOptions>();
@@ -357,45 +435,7 @@ k3cli::Registrar reg("info", "Validate a checkpoint and print its architecture, 
                        sub->add_option("--drive-gbs", opt->drive_gbs, "plan: drive read bandwidth in GB/s")
                            ->check(CLI::Range(0.0, 1e6));
                        sub->add_flag("--probe", opt->probe, "plan: measure the RAM and drive bandwidths");
-                       sub->callback([opt] {
-                         // headers only (pread, nothing mapped) unless --check reads the bytes
-                         k3::CheckpointOptions co;
-                         co.map_data = opt->check;
-                         auto ck = k3::Checkpoint::open(opt->dir, co);
-                         const auto& c = ck->config();
-                         // the tokenizer files `k3 run` would load (tiktoken.model, tokenizer_config.json)
-                         const k3::Tokenizer tok = k3::Tokenizer::load(opt->dir);
-                         if (tok.vocab_size() > c.vocab_size)
-                           throw k3::Error(opt->dir + ": the tokenizer has " + std::to_string(tok.vocab_size()) +
-                                           " ids but config.json vocab_size is " + std::to_string(c.vocab_size));
-                         k3::check_config_token_ids(c, tok.vocab_size(), opt->dir + "/config.json");
-                         sb_total_checked(k3::state_bytes(c), opt->n_ctx);
-                         if (opt->check) {
-                           const CheckResult cr = check_tensors(*ck);
-                           if (!cr.findings.empty()) {
-                             std::string msg = "info --check: " + std::to_string(cr.findings.size()) +
-                                               " tensor(s) hold non-finite values or impossible MXFP4 scales: ";
-                             for (size_t i = 0; i < cr.findings.size() && i < 8; ++i) msg += (i ? "; " : "") + cr.findings[i];
-                             if (cr.findings.size() > 8) msg += "; and " + std::to_string(cr.findings.size() - 8) + " more";
-                             throw k3::Error(msg);
-                           }
-                           std::fprintf(stderr, "check: %llu tensors scanned (%s): no NaN, no Inf, no impossible MXFP4 scale\n",
-                                        static_cast<unsigned long long>(cr.n_scanned), human_bytes(cr.bytes).c_str());
-                         }
-                         const auto st = k3::checkpoint_stats(*ck);
-                         const auto p = k3::count_params(c);
-                         const auto sb = k3::state_bytes(c);
-                         std::vector<k3::MemoryPlan> plans;
-                         if (opt->plan) plans = make_plans(*opt, *ck);
-                         if (opt->json) {
-                           nlohmann::json j = to_json(opt->dir, c, st, p, sb, opt->n_ctx);
-                           for (const auto& pl : plans) j["plans"].push_back(plan_json(pl));
-                           std::printf("%s\n", j.dump(2).c_str());
-                         } else {
-                           print_human(opt->dir, c, st, p, sb, opt->n_ctx);
-                           for (const auto& pl : plans) std::printf("\n%s", pl.format().c_str());
-                         }
-                       });
+                       sub->callback([opt] { run_info(*opt); });
                      });
 
 }  // namespace

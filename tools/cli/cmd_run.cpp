@@ -16,6 +16,7 @@
 #include "flag_checks.h"
 #include "cache_flags.h"
 #include "gen_flags.h"
+#include "progress_bar.h"
 #include "spec_flags.h"
 #include "runtime/generator.h"
 #include "runtime/loaded_model.h"
@@ -75,7 +76,10 @@ void run(const RunOptions& o) {
   k3cli::set_threads(o.gen.threads);
 
   const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(1);  // memory plan (issue 13)
-  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, o.gen.model_options(), stream);
+  k3cli::ProgressBar progress;  // loads and prefills that take over a second (stderr)
+  k3::ModelOptions mo = o.gen.model_options();
+  mo.progress = progress.fn();
+  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, mo, stream);
   const k3::Tokenizer& tok = *lm.tokenizer;
   std::vector<int32_t> prompt =
       o.prompt_ids.empty() ? tok.encode(prompt_text) : parse_ids(o.prompt_ids, tok.vocab_size());
@@ -110,6 +114,7 @@ void run(const RunOptions& o) {
   go.n_vocab = tok.vocab_size();
   if (!o.ignore_eos) go.stop_ids = lm.stop_ids();
   go.cache = cache.get();
+  go.on_prefill_progress = progress.fn();
   k3::LoadedModel draft;
   const std::unique_ptr<k3::Speculator> spec = o.spec.make(lm, sp, o.gen.model_options(), draft);
   go.speculative = spec.get();
@@ -118,10 +123,13 @@ void run(const RunOptions& o) {
   for (int32_t id : history) sampler.accept(id);  // the penalty history of the saved run
   k3::StreamDecoder dec(tok, /*skip_special=*/true);
   std::string text;
-  if (!o.json && n_sources == 1) {
-    std::string shown = o.prompt_ids.empty() ? prompt_text : tok.decode(prompt, true);
-    std::fwrite(shown.data(), 1, shown.size(), stdout);
-    std::fflush(stdout);
+  if (!o.json && n_sources == 1) {  // the prompt is echoed once prefilled (after any progress bar)
+    go.on_prefilled = [&](const k3::SequenceState&) {
+      progress.finish();
+      const std::string shown = o.prompt_ids.empty() ? prompt_text : tok.decode(prompt, true);
+      std::fwrite(shown.data(), 1, shown.size(), stdout);
+      std::fflush(stdout);
+    };
   }
   auto on_token = [&](int32_t id) {
     const std::string piece = dec.push(id);
@@ -167,6 +175,7 @@ void run(const RunOptions& o) {
   st.state_bytes = seq.bytes();
   st.seed = sp.seed;
   st.show_seed = sp.temp > 0;
+  st.threads = k3cli::threads_phrase();
 
   if (o.json) {
     nlohmann::json j;
@@ -178,7 +187,8 @@ void run(const RunOptions& o) {
     j["seed"] = sp.seed;
     j["stats"] = {{"load_ms", st.load_ms}, {"n_prompt", st.n_prompt}, {"prompt_ms", st.prompt_ms},
                   {"n_gen", st.n_gen}, {"gen_ms", st.gen_ms}, {"peak_rss_bytes", k3::peak_rss_bytes()},
-                  {"state_bytes", st.state_bytes}};
+                  {"state_bytes", st.state_bytes},
+                  {"threads", k3::num_threads()}, {"omp_wait", k3cli::omp_wait_policy()}};
     if (spec)
       j["speculative"] = {{"drafter", spec->drafter().name()}, {"verifies", spec->stats().verifies},
                            {"drafted", spec->stats().drafted}, {"accepted", spec->stats().accepted},

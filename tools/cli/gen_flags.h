@@ -16,6 +16,7 @@
 #include "io/memory_plan.h"
 #include "kernels/threads.h"
 #include "numerics_flag.h"
+#include "omp_wait.h"
 #include "runtime/loaded_model.h"
 #include "runtime/sampler.h"
 

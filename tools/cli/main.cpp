@@ -11,6 +11,7 @@
 #include "command.h"
 #include "flag_advice.h"
 #include "core/error.h"
+#include "omp_wait.h"
 
 namespace k3cli {
 std::vector<Command>& registry() {
@@ -20,6 +21,7 @@ std::vector<Command>& registry() {
 }  // namespace k3cli
 
 int main(int argc, char** argv) {
+  k3cli::apply_default_omp_wait_policy(argv);  // before any parallel region (omp_wait.h)
   // The forward pass allocates per-layer activation buffers of T x width floats (hundreds of KiB
   // in prefill). glibc would serve each from a fresh mmap (or trim the heap after it) and the
   // kernel would zero-fill and fault in every page again on the next layer: measured 15-20% of

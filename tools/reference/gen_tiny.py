@@ -111,14 +111,27 @@ def generate(out_dir: str, variant: str = "k3", seed: int = 0, n_shards: int = 3
     return cfg
 
 
+def write_byte_tokenizer(out_dir: str) -> None:
+    """tiktoken.model whose rank i is the single byte i (no merges)."""
+    import base64
+    with open(os.path.join(out_dir, "tiktoken.model"), "w") as f:
+        for i in range(256):
+            f.write(f"{base64.b64encode(bytes([i])).decode()} {i}\n")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--variant", default="k3", choices=VARIANTS)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shards", type=int, default=3)
+    ap.add_argument("--byte-tokenizer", action="store_true",
+                    help="also write a tiktoken.model of the 256 single bytes (ranks 0..255; with the 256 "
+                         "special ids that fills the tiny vocab of 512), so that `k3 info` and `k3 run` can load it")
     a = ap.parse_args(argv)
     generate(a.out, a.variant, a.seed, a.shards)
+    if a.byte_tokenizer:
+        write_byte_tokenizer(a.out)
 
 
 if __name__ == "__main__":
