@@ -45,6 +45,7 @@ struct ServeOptions {
   bool test_forced_output = false;
   k3cli::CacheFlags cache;
   std::string slot_save_path;
+  int64_t max_tokenize_tokens = int64_t{1} << 20;
   k3cli::SpecFlags spec;  // speculative decoding in the scheduler (issue 12)
 };
 
@@ -209,6 +210,7 @@ void serve(const ServeOptions& o) {
   ctx.cache = cache.get();
   ctx.slot_save_path = o.slot_save_path;
   ctx.fingerprint = fingerprint;
+  ctx.max_tokenize_tokens = o.max_tokenize_tokens;
   ctx.handles = &handles;
   http.set_ready(&ctx);
   std::string sampling = defaults.sampling.describe();
@@ -282,6 +284,10 @@ k3cli::Registrar reg("serve", "OpenAI-compatible HTTP server (llama-server flags
                        sub->add_option("--slot-save-path", o->slot_save_path,
                                        "directory for POST /slots/{id}?action=save|restore files (slots then keep "
                                        "their last sequence's state)");
+                       sub->add_option("--max-tokenize-tokens", o->max_tokenize_tokens,
+                                       "ids one POST /tokenize may produce (more: 413); the server's /tokenize "
+                                       "requests together reserve at most twice this (more: 429)")
+                           ->capture_default_str()->check(CLI::PositiveNumber);
                        sub->callback([o] { serve(*o); });
                      });
 

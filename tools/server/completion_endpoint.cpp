@@ -1,6 +1,8 @@
 // POST /v1/completions: a raw prompt (tokenized like `k3 run`: no [BOS], specials as plain
 // text) or prompt ids -> scheduler -> text (specials flagged special dropped, as `k3 run`).
+#include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "api_error.h"
 #include "endpoints.h"
@@ -104,7 +106,20 @@ void handle_completion(const ServeContext& ctx, const httplib::Request& req, htt
   const Json body = parse_body(req.body);
   CompletionRequest cr = parse_completion_request(body, ctx.defaults);
   check_model(ctx, cr.gen.model);
-  std::vector<int32_t> prompt = cr.prompt_text ? ctx.tok->encode(*cr.prompt_text) : cr.prompt_ids;
+  // A prompt text stops being tokenized once it cannot fit the context (ids bounded by -c).
+  std::vector<int32_t> prompt = cr.prompt_ids;
+  if (cr.prompt_text) {
+    std::optional<std::vector<int32_t>> ids =
+        ctx.tok->encode_at_most(*cr.prompt_text, static_cast<size_t>(std::max<int64_t>(ctx.n_ctx - 1, 0)));
+    if (!ids)
+      throw ApiError(400,
+                     "This model's maximum context length is " + std::to_string(ctx.n_ctx) +
+                         " tokens. However, your prompt contains at least " + std::to_string(ctx.n_ctx) +
+                         " input tokens, which leaves no room for generated tokens. Please reduce the length of the "
+                         "prompt (or restart the server with a larger -c/--ctx-size).",
+                     "input_tokens");
+    prompt = std::move(*ids);
+  }
   SeqRequest q = make_seq_request(ctx, prompt, cr.gen);
   std::string echo_text;
   if (cr.echo) echo_text = cr.prompt_text ? *cr.prompt_text : ctx.tok->decode(prompt, /*skip_special=*/true);
