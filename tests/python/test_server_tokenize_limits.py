@@ -90,6 +90,7 @@ def test_f10_30_mib_completion_prompt_is_refused_by_the_context(server):
     print(f"[F10] 30 MiB completion prompt: HTTP {r.status_code}, peak RSS +{grown / MIB:.0f} MiB")
     assert r.status_code == 400, r.text[:300]
     assert "maximum context length is 2048" in r.json()["error"]["message"]
+    assert f"your prompt contains more than {1 << 20} input tokens" in r.json()["error"]["message"]
     assert grown < 256 * MIB, f"peak RSS grew by {grown / MIB:.0f} MiB"
 
 

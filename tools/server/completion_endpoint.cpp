@@ -106,15 +106,16 @@ void handle_completion(const ServeContext& ctx, const httplib::Request& req, htt
   const Json body = parse_body(req.body);
   CompletionRequest cr = parse_completion_request(body, ctx.defaults);
   check_model(ctx, cr.gen.model);
-  // A prompt text stops being tokenized once it cannot fit the context (ids bounded by -c).
+  // A prompt text stops being tokenized past max(-c, --max-tokenize-tokens) ids: it cannot fit
+  // the context, and the ids held stay bounded (make_seq_request counts a shorter one exactly).
   std::vector<int32_t> prompt = cr.prompt_ids;
   if (cr.prompt_text) {
-    std::optional<std::vector<int32_t>> ids =
-        ctx.tok->encode_at_most(*cr.prompt_text, static_cast<size_t>(std::max<int64_t>(ctx.n_ctx - 1, 0)));
+    const int64_t bound = std::max<int64_t>(ctx.n_ctx, ctx.max_tokenize_tokens);
+    std::optional<std::vector<int32_t>> ids = ctx.tok->encode_at_most(*cr.prompt_text, static_cast<size_t>(bound));
     if (!ids)
       throw ApiError(400,
                      "This model's maximum context length is " + std::to_string(ctx.n_ctx) +
-                         " tokens. However, your prompt contains at least " + std::to_string(ctx.n_ctx) +
+                         " tokens. However, your prompt contains more than " + std::to_string(bound) +
                          " input tokens, which leaves no room for generated tokens. Please reduce the length of the "
                          "prompt (or restart the server with a larger -c/--ctx-size).",
                      "input_tokens");
