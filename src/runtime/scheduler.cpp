@@ -5,6 +5,8 @@
 #include <cmath>
 #include <exception>
 
+#include <nlohmann/json.hpp>
+
 #include "io/model_summary.h"
 #include "model/sequence_rollback.h"
 #include "model/sequence_state.h"
@@ -61,6 +63,10 @@ struct Scheduler::Slot {
   PrefixCache::Pin pin;       ///< the cached blocks this sequence uses
   int64_t id = 0;             ///< slot id in [0, n_parallel)
   bool from_kept = false;     ///< continues a kept slot state: its blocks are not cached
+  /// keep_slot_states: where the kept state is cut (exact_resume_point of the prompt; 0 = none),
+  /// and the KDA state there (capture_kda), taken when prefill reaches it.
+  int64_t kept_point = 0;
+  std::vector<float> kept_kda;
   std::vector<int32_t> out;   ///< ids sampled
   // Speculative decoding (Options::speculation).
   std::unique_ptr<Drafter> drafter;  ///< null: plain decoding
@@ -72,7 +78,7 @@ struct Scheduler::Slot {
   bool decoding() const { return prefilled == req.prompt.size(); }
   /// Bytes this sequence holds: state, drafter, verify records.
   uint64_t bytes() const {
-    return seq.bytes() + (drafter ? drafter->bytes() : 0) + kda_steps.capacity() * sizeof(float);
+    return seq.bytes() + (drafter ? drafter->bytes() : 0) + (kda_steps.capacity() + kept_kda.capacity()) * sizeof(float);
   }
 
   Slot(SeqRequest r, std::shared_ptr<SeqHandle> h, SequenceState s)
@@ -99,6 +105,28 @@ void fill_logprobs(std::span<const float> row, int32_t id, int top, SeqEvent& e)
     return row[a] != row[b] ? row[a] > row[b] : a < b;
   });
   for (size_t i = 0; i < k; ++i) e.top.push_back({idx[i], static_cast<float>(row[idx[i]] - lse)});
+}
+
+/// The extra_json key of a slot state file (save_slot): {"slot": {"exact_resume": true}}.
+constexpr const char* kSlotFileKey = "slot";
+
+/// Positions where a state reached by the scheduler's prefill pieces is bit-identical to the
+/// state of a one-pass prefill of any longer prompt are multiples of this: the KDA chunk (64)
+/// when prefill_chunk is a multiple of it (KDA chunks split exactly there, the GEMMs and the
+/// expanded MLA compute each row alone), else prefill_chunk itself (the one-pass piece grid).
+int64_t exact_grain(int64_t chunk) { return chunk % 64 == 0 ? 64 : chunk; }
+
+/// The furthest a prefill of an n-id prompt may resume from (PrefixCache::lookup's rule): a
+/// resume that leaves exactly one id runs it alone (decode form: KDA decode step, absorbed MLA),
+/// which equals the one-pass prefill only when n - 1 is on the prefill-chunk grid.
+int64_t max_resume(int64_t n, int64_t chunk) { return n < 2 ? 0 : ((n - 1) % chunk == 0 ? n - 1 : n - 2); }
+
+/// Where a kept slot state of an n-id prompt is cut: the prompt's end when it is on the exact
+/// grain, else the last grain multiple a longer prompt may resume from. The ids fed after it
+/// (the rest of the prompt, the decode-form generated ids) are recomputed by the next request.
+int64_t exact_resume_point(int64_t n, int64_t chunk) {
+  const int64_t g = exact_grain(chunk);
+  return n % g == 0 ? n : (max_resume(n, chunk) / g) * g;
 }
 
 SeqEvent done_event(FinishReason why, const Scheduler::Options&, int64_t n_prompt, int64_t n_gen) {
@@ -147,6 +175,7 @@ uint64_t Scheduler::slot_bytes() const {
   uint64_t b = sb.total(opt_.n_ctx);
   if (opt_.speculation)  // one verify window of KDA records + the drafter's own state
     b += sb.kda_total * static_cast<uint64_t>(opt_.speculation->spec.draft_max + 1) + opt_.speculation->drafter_bytes;
+  if (opt_.keep_slot_states) b += sb.kda_total;  // the KDA snapshot at the exact resume point
   return b;
 }
 
@@ -235,6 +264,7 @@ void Scheduler::engine_loop() {
         queue_.pop_front();
         try {
           SequenceState seq = model_.new_sequence();
+          const int64_t chunk = model_.options().prefill_chunk;
           // The MLA caches will hold at most prompt + max_tokens rows (and never more than the
           // context): reserve them now, so that no row copy happens mid-generation; pages are
           // touched only as rows are written.
@@ -249,7 +279,11 @@ void Scheduler::engine_loop() {
           for (int64_t k = 0; k < opt_.n_parallel; ++k) {
             if (busy_[static_cast<size_t>(k)]) continue;
             const Kept& kp = kept_[static_cast<size_t>(k)];
-            const bool extends = kp.state && kp.partition == p.req.cache_partition && kp.ids.size() < p.req.prompt.size() &&
+            // A kept state is cut at an exact point (retire), so resuming there is bit-identical
+            // to a one-pass prefill when the rest of the prompt is not a lone id the one-pass
+            // prefill runs inside a longer piece.
+            const bool extends = kp.state && kp.partition == p.req.cache_partition && !kp.ids.empty() &&
+                                 static_cast<int64_t>(kp.ids.size()) <= max_resume(n_prompt, chunk) &&
                                  std::equal(kp.ids.begin(), kp.ids.end(), p.req.prompt.begin());
             if (extends && kp.ids.size() > kept_len) id = k, kept_len = kp.ids.size();
           }
@@ -276,8 +310,23 @@ void Scheduler::engine_loop() {
             reused = static_cast<int64_t>(kept_len);
             from_kept = true;
           }
+          // keep_slot_states: the prefill stops at the prompt's exact resume point, where the
+          // KDA state is captured; retire() cuts the state back to it. The prefill before it is
+          // exact only when it starts on the grain.
+          int64_t kept_point = 0;
+          if (opt_.keep_slot_states && reused % exact_grain(chunk) == 0) {
+            kept_point = exact_resume_point(n_prompt, chunk);
+            if (kept_point < reused) kept_point = 0;
+            if (kept_point > 0 && kept_point < n_prompt) {
+              cuts.push_back(kept_point);
+              std::sort(cuts.begin(), cuts.end());
+              cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+            }
+          }
           auto slot = std::make_unique<Slot>(std::move(p.req), p.handle, std::move(seq));
           slot->prefilled = slot->reused = static_cast<size_t>(reused);
+          slot->kept_point = kept_point;
+          if (kept_point > 0 && kept_point == reused) slot->kept_kda = capture_kda(slot->seq);
           slot->cuts = std::move(cuts);
           slot->pin = std::move(pin);
           slot->id = id;
@@ -318,10 +367,20 @@ void Scheduler::retire(Slot& s) {
   std::lock_guard<std::mutex> lk(mu_);
   busy_[static_cast<size_t>(s.id)] = false;
   if (!opt_.keep_slot_states || !s.seq.impl || s.seq.impl->failed) return;
+  // The ids after the exact resume point were fed in pieces a one-pass prefill of a longer
+  // prompt does not use (the prompt's tail, the generated ids in decode form): the kept state
+  // is cut back to that point, so that a request extending it equals the request run alone.
+  // A sequence that ended before reaching it keeps nothing.
+  if (s.kept_kda.empty() || s.seq.n_past() < s.kept_point) return;
+  try {
+    restore_kda(s.seq, s.kept_kda, s.kept_point);
+    for (LayerState& ls : s.seq.impl->layers)
+      if (ls.kind == AttnKind::MLA) ls.mla.rows.shrink_to_fit();
+  } catch (const std::exception&) {  // e.g. out of memory: nothing is kept
+    return;
+  }
   Kept k;
-  k.ids.assign(s.req.prompt.begin(), s.req.prompt.begin() + static_cast<std::ptrdiff_t>(s.prefilled));
-  k.ids.insert(k.ids.end(), s.out.begin(), s.out.end());
-  k.ids.resize(static_cast<size_t>(s.seq.n_past()));  // the last sampled id was never fed
+  k.ids.assign(s.req.prompt.begin(), s.req.prompt.begin() + static_cast<std::ptrdiff_t>(s.kept_point));
   k.state = std::move(s.seq);
   k.partition = s.req.cache_partition;
   kept_[static_cast<size_t>(s.id)] = std::move(k);
@@ -342,6 +401,7 @@ Scheduler::SlotFileResult Scheduler::save_slot(int64_t id, const std::filesystem
     meta.ids = k.ids;
   }
   meta.fingerprint = fingerprint;
+  meta.extra_json = nlohmann::json{{kSlotFileKey, {{"exact_resume", true}}}}.dump();
   Timer t;
   copy->save(file, meta);  // a unique temporary file renamed onto `file`: concurrent saves never mix
   std::error_code ec;
@@ -365,6 +425,21 @@ Scheduler::SlotFileResult Scheduler::restore_slot(int64_t id, const std::filesys
   if (st.n_past() >= opt_.n_ctx)
     throw Error("sequence state '" + file.string() + "': " + std::to_string(st.n_past()) +
                 " tokens do not fit the context of " + std::to_string(opt_.n_ctx));
+  // Only a state cut at an exact resume point (what save_slot writes) continues a request
+  // bit-identically to the request run alone; a `k3 run` / `k3 chat` state (or a slot file of
+  // an older k3) ends with ids fed in decode form.
+  bool exact = false;
+  try {
+    const nlohmann::json extra = meta.extra_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(meta.extra_json);
+    exact = extra.is_object() && extra.contains(kSlotFileKey) && extra[kSlotFileKey].is_object() &&
+            extra[kSlotFileKey].value("exact_resume", false) == true;
+  } catch (const std::exception&) {
+    exact = false;
+  }
+  if (!exact || st.n_past() < 1 || st.n_past() % exact_grain(model_.options().prefill_chunk) != 0)
+    throw Error("sequence state '" + file.string() + "': not a slot state cut at an exact resume point (saved by " +
+                "`k3 run`, `k3 chat` or an older k3): a request extending it would not equal the request run alone; " +
+                "save it from a slot with POST /slots/{id}?action=save");
   SlotFileResult r;
   r.n_tokens = st.n_past();
   std::error_code ec;
@@ -493,6 +568,12 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     if (!s.decoding()) {
       s.prefilled += batch[b].tokens.size();
       n_prompt_fed += batch[b].tokens.size();
+      if (s.kept_point > 0 && static_cast<int64_t>(s.prefilled) == s.kept_point) {
+        try {
+          s.kept_kda = capture_kda(s.seq);
+        } catch (const std::exception&) {  // e.g. out of memory: the slot keeps nothing
+        }
+      }
       if (opt_.cache != nullptr && !s.from_kept &&
           (s.prefilled % static_cast<size_t>(opt_.cache->options().block_tokens) == 0 || s.decoding())) {
         try {

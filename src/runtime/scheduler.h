@@ -138,9 +138,15 @@ class Scheduler {
     /// every prefilled block is stored. Must outlive the scheduler.
     PrefixCache* cache = nullptr;
     /// llama-server's slot prompt cache: each slot keeps the state of the last sequence that
-    /// ran in it (prompt + generated ids), continued by a later request whose prompt extends
-    /// those ids, and saved / restored by save_slot() / restore_slot(). Costs up to one more
-    /// sequence state per slot (counted in stats().state_bytes).
+    /// ran in it, continued by a later request whose prompt extends those ids, and saved /
+    /// restored by save_slot() / restore_slot(). The kept state is cut back to the prompt's
+    /// exact resume point: the prompt's end when it is a multiple of 64 (of prefill_chunk when
+    /// that is not a multiple of 64), else the last such multiple a longer prompt may resume
+    /// from (PrefixCache::lookup's rule). There the state equals a one-pass prefill's bit for
+    /// bit (the prefill stops at that point and captures the KDA state; the ids after it, the
+    /// generated ones in decode form, are dropped), so a request that extends the kept ids
+    /// gives the same logits and ids as the request run alone. Costs up to one more sequence
+    /// state per slot plus one KDA snapshot per running sequence (in stats().state_bytes).
     bool keep_slot_states = false;
     /// Speculative decoding (runtime/speculative.h) for every decoding slot: make_drafter is
     /// called once per admitted request (on the engine thread) and returns that sequence's
@@ -191,12 +197,15 @@ class Scheduler {
   SchedulerStats stats() const;
   const Options& options() const { return opt_; }
 
-  /// Writes the kept state of slot `id` (keep_slot_states) to `file` with `fingerprint`.
+  /// Writes the kept state of slot `id` (keep_slot_states) to `file` with `fingerprint`, marked
+  /// as cut at an exact resume point (extra {"slot": {"exact_resume": true}}).
   /// Errors: k3::Error when id is outside [0, n_parallel), keep_slot_states is off, the slot
   /// keeps no finished sequence, or the file cannot be written.
   SlotFileResult save_slot(int64_t id, const std::filesystem::path& file, const std::string& fingerprint);
   /// Loads `file` (a state of this model: fingerprint checked) as slot `id`'s kept state.
-  /// Errors: as save_slot, a busy slot, and SequenceState::load's errors naming the file.
+  /// Errors: as save_slot, a busy slot, SequenceState::load's errors naming the file, and a
+  /// state without the exact-resume mark of save_slot (a `k3 run` / `k3 chat` state ends with
+  /// ids fed in decode form: a request extending it would not equal the request run alone).
   SlotFileResult restore_slot(int64_t id, const std::filesystem::path& file, const std::string& fingerprint);
   /// Drops slot `id`'s kept state. Errors: id out of range, keep_slot_states off.
   SlotFileResult erase_slot(int64_t id);
@@ -204,7 +213,8 @@ class Scheduler {
   std::vector<std::pair<bool, int64_t>> slot_summary() const;
   /// Upper bound of the state bytes of one sequence at n_ctx tokens (KDA + conv + MLA cache),
   /// plus, with speculation, the per-token KDA records of one verify window
-  /// (n_kda_layers x (draft_max + 1) x (S + conv) fp32) and Speculation::drafter_bytes.
+  /// (n_kda_layers x (draft_max + 1) x (S + conv) fp32) and Speculation::drafter_bytes, and
+  /// with keep_slot_states the KDA snapshot at the exact resume point.
   uint64_t slot_bytes() const;
 
  private:

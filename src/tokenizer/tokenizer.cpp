@@ -1,7 +1,9 @@
 // Tokenizer: loading, Kimi chunking, special-token splitting, encode/decode.
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -139,7 +141,12 @@ void Tokenizer::for_each_chunk(std::string_view text, const std::function<void(s
   if (slice_start < text.size()) emit(text.substr(slice_start));
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text_in, const AllowedSpecials& allowed) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, const AllowedSpecials& allowed) const {
+  return *encode_at_most(text, std::numeric_limits<std::size_t>::max() - 1, allowed);
+}
+
+std::optional<std::vector<int32_t>> Tokenizer::encode_at_most(std::string_view text_in, std::size_t max_tokens,
+                                                             const AllowedSpecials& allowed) const {
   std::string repaired;
   std::string_view text = text_in;
   if (!tok::utf8_valid(text)) { repaired = tok::utf8_sanitize(text); text = repaired; }
@@ -150,8 +157,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text_in, const AllowedSp
     for (const auto& n : allowed.names()) allowed_ids.push_back(require_special(n));
   }
   std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 8);
-  for_each_chunk(text, [&](std::string_view part) { encode_part(part, allowed_ids, out); });
+  out.reserve(std::min(text.size() / 3 + 8, max_tokens + 1));
+  bool over = false;
+  for_each_chunk(text, [&](std::string_view part) {
+    if (over) return;
+    encode_part(part, allowed_ids, out);
+    over = out.size() > max_tokens;
+  });
+  if (over) return std::nullopt;
   return out;
 }
 

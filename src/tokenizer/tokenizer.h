@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -58,6 +59,11 @@ class Tokenizer {
   /// Token ids of `text` (bytes; invalid UTF-8 repaired as above). By default special-token
   /// spellings are ordinary text. Errors: k3::Error for an `only(...)` name that is not a special.
   std::vector<int32_t> encode(std::string_view text, const AllowedSpecials& allowed = AllowedSpecials::none()) const;
+  /// encode() bounded by its output: nullopt as soon as the text is known to hold more than
+  /// `max_tokens` ids (checked after each chunk of at most kMaxEncodeChars code points, so the
+  /// ids held never exceed max_tokens + one chunk's), else the ids, equal to encode()'s.
+  std::optional<std::vector<int32_t>> encode_at_most(std::string_view text, std::size_t max_tokens,
+                                                     const AllowedSpecials& allowed = AllowedSpecials::none()) const;
   /// Encode without special handling and without chunking (one tiktoken encode_ordinary call
   /// on already-valid UTF-8); exposed for tests and benchmarks.
   void encode_ordinary(std::string_view valid_utf8, std::vector<int32_t>& out) const;

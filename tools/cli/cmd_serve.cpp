@@ -52,6 +52,7 @@ struct ServeOptions {
   bool test_forced_output = false;
   k3cli::CacheFlags cache;
   std::string slot_save_path;
+  int64_t max_tokenize_tokens = int64_t{1} << 20;
   k3cli::SpecFlags spec;  // speculative decoding in the scheduler (issue 12)
 };
 
@@ -232,6 +233,7 @@ void serve(const ServeOptions& o) {
   ctx.cache = cache.get();
   ctx.slot_save_path = o.slot_save_path;
   ctx.fingerprint = fingerprint;
+  ctx.max_tokenize_tokens = o.max_tokenize_tokens;
   ctx.handles = &handles;
   ctx.policy = &policy;
   http.set_ready(&ctx);
@@ -345,6 +347,10 @@ k3cli::Registrar reg("serve", "OpenAI-compatible HTTP server (llama-server flags
                        sub->add_option("--slot-save-path", o->slot_save_path,
                                        "directory for POST /slots/{id}?action=save|restore files (slots then keep "
                                        "their last sequence's state; it must be this user's and not writable by every user)");
+                       sub->add_option("--max-tokenize-tokens", o->max_tokenize_tokens,
+                                       "ids one POST /tokenize may produce (more: 413); the server's /tokenize "
+                                       "requests together reserve at most twice this (more: 429)")
+                           ->capture_default_str()->check(CLI::PositiveNumber);
                        sub->callback([o] { serve(*o); });
                      });
 

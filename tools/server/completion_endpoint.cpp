@@ -1,6 +1,8 @@
 // POST /v1/completions: a raw prompt (tokenized like `k3 run`: no [BOS], specials as plain
 // text) or prompt ids -> scheduler -> text (specials flagged special dropped, as `k3 run`).
+#include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "api_error.h"
 #include "endpoints.h"
@@ -104,7 +106,21 @@ void handle_completion(const ServeContext& ctx, const httplib::Request& req, htt
   const Json body = parse_body(req.body);
   CompletionRequest cr = parse_completion_request(body, ctx.defaults);
   check_model(ctx, cr.gen.model);
-  std::vector<int32_t> prompt = cr.prompt_text ? ctx.tok->encode(*cr.prompt_text) : cr.prompt_ids;
+  // A prompt text stops being tokenized past max(-c, --max-tokenize-tokens) ids: it cannot fit
+  // the context, and the ids held stay bounded (make_seq_request counts a shorter one exactly).
+  std::vector<int32_t> prompt = cr.prompt_ids;
+  if (cr.prompt_text) {
+    const int64_t bound = std::max<int64_t>(ctx.n_ctx, ctx.max_tokenize_tokens);
+    std::optional<std::vector<int32_t>> ids = ctx.tok->encode_at_most(*cr.prompt_text, static_cast<size_t>(bound));
+    if (!ids)
+      throw ApiError(400,
+                     "This model's maximum context length is " + std::to_string(ctx.n_ctx) +
+                         " tokens. However, your prompt contains more than " + std::to_string(bound) +
+                         " input tokens, which leaves no room for generated tokens. Please reduce the length of the "
+                         "prompt (or restart the server with a larger -c/--ctx-size).",
+                     "input_tokens");
+    prompt = std::move(*ids);
+  }
   SeqRequest q = make_seq_request(ctx, prompt, cr.gen);
   if (ctx.policy) q.cache_partition = cache_partition(*ctx.policy, request_head(req).authorization, cr.gen.user);
   std::string echo_text;

@@ -38,6 +38,31 @@ class HandleRegistry {
   std::set<std::shared_ptr<SeqHandle>> live_;
 };
 
+/// Tokens of /tokenize work in flight across the server (each request reserves its bound before
+/// tokenizing); a request that does not fit is refused instead of waiting with its memory.
+class TokenizeBudget {
+ public:
+  /// Reserves `n` tokens when used + n <= cap; false (nothing reserved) otherwise.
+  bool try_take(int64_t n, int64_t cap) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (used_ + n > cap) return false;
+    used_ += n;
+    return true;
+  }
+  void give(int64_t n) {
+    std::lock_guard<std::mutex> lk(mu_);
+    used_ -= n;
+  }
+  int64_t used() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return used_;
+  }
+
+ private:
+  std::mutex mu_;
+  int64_t used_ = 0;
+};
+
 struct ServeContext {
   const Tokenizer* tok = nullptr;
   Scheduler* scheduler = nullptr;
@@ -51,6 +76,10 @@ struct ServeContext {
   std::string slot_save_path;     ///< --slot-save-path: where /slots/{id}?action=save|restore files live ("" = off)
   std::string fingerprint;        ///< model_fingerprint(), written into saved slot files
   const PolicyConfig* policy = nullptr;  ///< keys and --cache-partition (null: no partitions)
+  /// --max-tokenize-tokens: ids one /tokenize request may produce (more: 413); the server's
+  /// /tokenize requests together reserve at most twice this (more: 429).
+  int64_t max_tokenize_tokens = int64_t{1} << 20;
+  std::shared_ptr<TokenizeBudget> tokenize_budget = std::make_shared<TokenizeBudget>();
 };
 
 /// Token counts of the request being served on this thread, for its log line (httplib runs a

@@ -1,4 +1,8 @@
 // POST /tokenize, POST /detokenize (vLLM shapes, spec serving.md).
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
 #include "api_error.h"
 #include "endpoints.h"
 #include "openai_response.h"
@@ -27,8 +31,43 @@ void send_json(httplib::Response& res, const Json& j, int status) {
   res.set_content(j.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
+namespace {
+
+/// A reservation of /tokenize work on the server's TokenizeBudget, returned on scope exit.
+class TokenizeReservation {
+ public:
+  TokenizeReservation(const ServeContext& ctx, int64_t n) : budget_(ctx.tokenize_budget.get()), n_(n) {
+    const int64_t cap = 2 * ctx.max_tokenize_tokens;
+    if (!budget_->try_take(n_, cap))
+      throw ApiError(429, "the server is tokenizing other large texts (" + std::to_string(budget_->used()) +
+                              " of its " + std::to_string(cap) + " tokens of /tokenize work, twice " +
+                              "--max-tokenize-tokens, are reserved); retry later", "", "RateLimitError");
+  }
+  ~TokenizeReservation() { budget_->give(n_); }
+  TokenizeReservation(const TokenizeReservation&) = delete;
+  TokenizeReservation& operator=(const TokenizeReservation&) = delete;
+
+ private:
+  TokenizeBudget* budget_;
+  int64_t n_;
+};
+
+/// 413 for a text over --max-tokenize-tokens; `found` says how many ids it holds.
+ApiError too_many_tokens(const ServeContext& ctx, const std::string& param, const std::string& found) {
+  return ApiError(413, param + ": " + found + " tokens, more than one /tokenize request may produce (--max-tokenize-tokens " +
+                           std::to_string(ctx.max_tokenize_tokens) + "); split the text",
+                  param);
+}
+
+}  // namespace
+
 void handle_tokenize(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  // A text of B bytes holds at most 3B + the chat template's ids (each id covers >= 1 byte of
+  // the text after invalid UTF-8 became U+FFFD): small requests reserve little of the budget.
+  const int64_t bound = std::min<int64_t>(ctx.max_tokenize_tokens, 3 * static_cast<int64_t>(req.body.size()) + 4096);
+  const TokenizeReservation reservation(ctx, bound);
   const Json body = parse_body(req.body);
+  if (body.contains("model") && body["model"].is_string()) check_model(ctx, body["model"]);
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
     // Reuse the chat parser for messages, tools and the template switches.
@@ -36,14 +75,31 @@ void handle_tokenize(const ServeContext& ctx, const httplib::Request& req, httpl
     chat.erase("stream");
     const ChatRequest cr = parse_chat_request(chat, ctx.defaults);
     ids = render_chat_request(ctx, cr);
+    if (static_cast<int64_t>(ids.size()) > ctx.max_tokenize_tokens)
+      throw too_many_tokens(ctx, "messages", "the rendered chat holds " + std::to_string(ids.size()));
   } else if (body.contains("prompt")) {
     if (!body["prompt"].is_string()) throw bad_request("prompt", "prompt: expected a string");
-    ids = ctx.tok->encode(body["prompt"].get<std::string>());
+    std::optional<std::vector<int32_t>> got =
+        ctx.tok->encode_at_most(body["prompt"].get_ref<const std::string&>(), static_cast<size_t>(ctx.max_tokenize_tokens));
+    if (!got) throw too_many_tokens(ctx, "prompt", "the text holds more than " + std::to_string(ctx.max_tokenize_tokens));
+    ids = std::move(*got);
   } else {
     throw bad_request("prompt", "expected \"prompt\" (a string) or \"messages\" (a list)");
   }
-  if (body.contains("model") && body["model"].is_string()) check_model(ctx, body["model"]);
-  send_json(res, Json{{"count", ids.size()}, {"max_model_len", ctx.n_ctx}, {"tokens", ids}, {"token_strs", nullptr}});
+  // The body is written directly (no JSON tree of the ids: 16 bytes per id): the same bytes as
+  // {"count", "max_model_len", "tokens", "token_strs": null} dumped by nlohmann::ordered_json.
+  std::string out;
+  out.reserve(64 + ids.size() * 7);
+  out += "{\"count\":" + std::to_string(ids.size()) + ",\"max_model_len\":" + std::to_string(ctx.n_ctx) + ",\"tokens\":[";
+  char buf[16];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int n = std::snprintf(buf, sizeof buf, i ? ",%d" : "%d", static_cast<int>(ids[i]));
+    out.append(buf, static_cast<size_t>(n));
+  }
+  out += "],\"token_strs\":null}";
+  std::vector<int32_t>().swap(ids);
+  res.status = 200;
+  res.set_content(std::move(out), "application/json");
 }
 
 void handle_detokenize(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res) {
