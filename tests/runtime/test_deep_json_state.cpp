@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "model/state_header.h"
 #include "runtime/prefix_cache_disk.h"
 #include "runtime_test_util.h"
