@@ -5,7 +5,8 @@ JSON, with a clear error instead of a stack overflow that would end the process.
   *string* (the body itself is shallow) used to crash the server in the chat renderer:
   /v1/chat/completions (streaming and not) and /tokenize now answer 400 naming
   `messages[N].tool_calls[K].function.arguments`, and the server stays up. Depths just under and
-  over the limit, in the body and in the arguments string.
+  over the limit, in the body and in the arguments string. `k3 tokenize --chat FILE` with such a
+  chat (or a deep FILE) exits 1 naming the field (the file).
 - F7: the model's output (forced with --test-forced-output) holding a tool-call argument nested
   deeper than the limit: the client gets the text as a JSON string value in `arguments` (as for
   text that does not parse), streaming and not. The model's tokenizer has no multi-bracket
@@ -215,3 +216,14 @@ def test_f12_cli_state_load_of_state_with_deep_extra_is_a_clear_error(tmp_path):
     limit.write_bytes(with_deep_extra(state.read_bytes(), LIMIT - 1))
     p = run_k3("run", "-m", MINI, "--state-load", str(limit), "-n", "2", "-p", " more")
     assert p.returncode == 0, p.stderr
+
+
+def test_f1_cli_tokenize_chat_with_deep_arguments_or_deep_file_is_a_clear_error(tmp_path):
+    f = tmp_path / "chat.json"
+    f.write_text(json.dumps({"messages": messages_with_arguments(nested(DEEP))}))
+    p = run_k3("tokenize", "-m", MINI, "--chat", str(f))
+    assert p.returncode == 1, p.stderr
+    assert "chat messages[1].tool_calls[0].function.arguments: JSON nested deeper than 64 levels" in p.stderr
+    f.write_text(nested(DEEP))
+    p = run_k3("tokenize", "-m", MINI, "--chat", str(f))
+    assert p.returncode == 1 and f"--chat {f}: JSON nested deeper than 64 levels" in p.stderr, p.stderr
