@@ -34,13 +34,13 @@ class SequenceState {
   int64_t n_past() const;                 ///< tokens consumed so far
   uint64_t bytes() const;                 ///< bytes held (KDA state + conv + MLA cache)
   /// Writes the state (file "K3SEQST1", version 2: JSON header with `meta`, fp32 payload,
-  /// CRC-32). Errors: k3::Error naming the file (cannot write, ids.size() != n_past,
-  /// meta.extra_json not JSON or nested deeper than kMaxJsonDepth - 1, core/json_depth.h).
+  /// CRC-32). Errors: k3::Error naming the file (cannot write, ids.size() != n_past).
   void save(const std::filesystem::path& file, const SequenceFileMeta& meta = {}) const;
   /// Reads a state written by save(). With `expect_fingerprint` non-empty, a state of another
   /// model (or numeric path) is refused. Errors (k3::Error naming the file, what was expected and
   /// found): missing, bad magic, older version, malformed header (model/state_header.h; a header
-  /// nested deeper than kMaxJsonDepth names the key, e.g. "extra"), layout of another model,
+  /// nested deeper than kMaxJsonDepth names the key, e.g. "extra"; so save() refuses
+  /// meta.extra_json nested deeper than kMaxJsonDepth - 1), layout of another model,
   /// fingerprint mismatch, truncated, CRC mismatch.
   static SequenceState load(const std::filesystem::path& file, const struct ModelConfig& cfg,
                             SequenceFileMeta* meta = nullptr, const std::string& expect_fingerprint = {});
