@@ -133,7 +133,9 @@ TEST(DeepJsonState, PrefixCacheBlockWithDeepHeaderIsAMiss) {
     d.write(b);
   }
   fs::path file;
-  for (const auto& e : fs::directory_iterator(dir)) file = e.path();
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".k3pc") file = e.path();
+  ASSERT_FALSE(file.empty());
   const std::string good = read_all(file);
   {
     k3::PrefixCacheDisk d(dir, 1 << 20, "fp", 2);
