@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/read_file.h"
 #include "io/json_util.h"
 #include "io/safetensors.h"
@@ -179,6 +180,7 @@ class CheckpointImpl final : public Checkpoint {
       IndexSax sax(origin);
       {
         const std::string text = read_file(index);
+        check_json_depth(text, origin);
         json::sax_parse(text.begin(), text.end(), &sax, nlohmann::detail::input_format_t::json, true, false);
       }
       if (!sax.saw_weight_map) throw Error(origin + ": missing \"weight_map\" object");

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 
 namespace k3 {
 
@@ -54,6 +55,7 @@ class DupCheckDomParser : public nlohmann::detail::json_sax_dom_parser<json> {
 }  // namespace
 
 json parse_json_strict(std::string_view text, const std::string& origin) {
+  check_json_depth(text, origin);
   json root;
   DupCheckDomParser sax(root, origin);
   try {

@@ -40,7 +40,9 @@ class SequenceState {
   void save(const std::filesystem::path& file, const SequenceFileMeta& meta = {}) const;
   /// Reads a state written by save(). With `expect_fingerprint` non-empty, a state of another
   /// model (or numeric path) is refused. Errors (k3::Error naming the file, what was expected and
-  /// found): missing, bad magic, older version, malformed header, layout of another model,
+  /// found): missing, bad magic, older version, malformed header (model/state_header.h; a header
+  /// nested deeper than kMaxJsonDepth names the key, e.g. "extra"; so save() refuses
+  /// meta.extra_json nested deeper than kMaxJsonDepth - 1), layout of another model,
   /// fingerprint mismatch, truncated, CRC mismatch.
   static SequenceState load(const std::filesystem::path& file, const struct ModelConfig& cfg,
                             SequenceFileMeta* meta = nullptr, const std::string& expect_fingerprint = {});

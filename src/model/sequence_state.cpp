@@ -9,13 +9,15 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_depth.h"
+#include "model/state_header.h"
 
 namespace k3 {
 
 namespace {
 
 constexpr char kMagic[8] = {'K', '3', 'S', 'E', 'Q', 'S', 'T', '1'};
-constexpr int kVersion = 2;  // 2: model fingerprint, ids, caller JSON, CRC-32
+constexpr int kVersion = kSequenceStateVersion;
 
 using Shape = std::vector<int64_t>;
 
@@ -106,6 +108,8 @@ void SequenceState::save(const std::filesystem::path& file, const SequenceFileMe
   h["model_fingerprint"] = meta.fingerprint;
   h["ids"] = meta.ids;
   if (!meta.extra_json.empty()) {
+    // One level below the header's bound: the header holds it under "extra".
+    check_json_depth(meta.extra_json, "sequence state '" + file.string() + "': extra metadata", kMaxJsonDepth - 1);
     try {
       h["extra"] = nlohmann::ordered_json::parse(meta.extra_json);
     } catch (const nlohmann::json::exception& e) {
@@ -183,35 +187,25 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
   std::string hs(n, '\0');
   if (!read(hs.data(), n))
     throw Error("sequence state '" + fn + "': truncated header");
-  nlohmann::ordered_json h;
-  try {
-    h = nlohmann::ordered_json::parse(hs);
-  } catch (const std::exception& e) {
-    throw Error("sequence state '" + fn + "': header is not JSON: " + e.what());
-  }
+  const SequenceStateHeader h = parse_sequence_state_header(hs, fn);
   std::error_code ec;
   const uint64_t file_bytes = std::filesystem::file_size(file, ec);
   if (ec) throw Error("sequence state '" + fn + "': cannot stat: " + ec.message());
   SequenceState s;
   *s.impl = Impl::fresh(cfg);
   try {
-    if (h.at("format") != "k3-sequence-state")
-      throw Error("sequence state '" + fn + "': expected format k3-sequence-state");
-    if (h.at("version") != kVersion)
-      throw Error("sequence state '" + fn + "': format version " + h.at("version").dump() + ", this k3 reads version " +
-                  std::to_string(kVersion) + " (save it again with this k3)");
-    const std::string fp = h.at("model_fingerprint").get<std::string>();
+    const std::string& fp = h.fingerprint;
     if (!expect_fingerprint.empty() && fp != expect_fingerprint)
       throw Error("sequence state '" + fn + "': saved by another model or numeric path (fingerprint " + fp +
                   "), this model is " + expect_fingerprint);
     if (meta != nullptr) {
       meta->fingerprint = fp;
-      meta->ids = h.at("ids").get<std::vector<int32_t>>();
-      meta->extra_json = h.contains("extra") ? h.at("extra").dump() : std::string();
+      meta->ids = h.ids;
+      meta->extra_json = h.extra_json;
     }
-    const int64_t n_past = h.at("n_past").get<int64_t>();
-    const auto& layers = h.at("layers");
-    if (n_past < 0 || !layers.is_array() || layers.size() != cfg.plan.size())
+    const int64_t n_past = h.n_past;
+    const auto& layers = h.layers;
+    if (n_past < 0 || layers.size() != cfg.plan.size())
       throw Error("sequence state '" + fn + "': records " + std::to_string(layers.size()) +
                   " layers, model has " + std::to_string(cfg.plan.size()));
     s.impl->n_past = n_past;

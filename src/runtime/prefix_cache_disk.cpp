@@ -13,6 +13,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 
 namespace k3 {
 
@@ -188,9 +189,14 @@ std::optional<DiskBlock> PrefixCacheDisk::read(uint64_t key, uint64_t expect_mla
     reject(key, "header length past the end of the file");
     return std::nullopt;
   }
+  const std::string_view header(buf.data() + 12, hl);
+  if (const JsonDepthScan scan = scan_json_depth(header); scan.exceeded) {
+    reject(key, "header: " + json_depth_message(scan));
+    return std::nullopt;
+  }
   DiskBlock b;
   try {
-    const nlohmann::json h = nlohmann::json::parse(buf.substr(12, hl));
+    const nlohmann::json h = nlohmann::json::parse(header);
     if (h.at("format") != "k3-prefix-block" || h.at("version") != kVersion) {
       reject(key, "not a k3-prefix-block version " + std::to_string(kVersion));
       return std::nullopt;

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "tokenizer/py_json.h"
 
 namespace k3 {
@@ -141,6 +142,8 @@ std::vector<CallInfo> add_assistant(Builder& b, const OJ& msg, std::size_t i, bo
           const OJ& a = fn["arguments"];
           if (a.is_string()) {
             raw = a.get<std::string>();
+            // The parsed arguments are printed again (py_json_dumps recurses per level).
+            check_json_depth(raw, w + ".function.arguments");
             try {
               args = OJ::parse(raw);
             } catch (const OJ::exception&) {

@@ -39,7 +39,9 @@ struct ChatSegment {
 /// messages, tool-choice note, response-format note, generation prompt. No [BOS].
 /// Unknown roles are skipped, as the reference does. Errors: k3::Error naming the message
 /// index and key for malformed input and for features whose layout is not pinned here
-/// (image parts, dynamic system `tools`, json_schema response formats, effort "medium").
+/// (image parts, dynamic system `tools`, json_schema response formats, effort "medium"), and
+/// for a tool call's "arguments" string nested deeper than kMaxJsonDepth (core/json_depth.h);
+/// values (messages, tools) nested deeper than kMaxJsonDepth are refused by py_json_dumps.
 std::vector<ChatSegment> build_chat_segments(const nlohmann::ordered_json& messages, const ChatOptions& opt);
 
 /// The ids: each segment encoded separately and concatenated (control: specials allowed).

@@ -2,6 +2,7 @@
 #include "tokenizer/chat_output.h"
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "tokenizer/utf8.h"
 
 namespace k3 {
@@ -58,8 +59,8 @@ ParsedOutput parse_k3_output(const Tokenizer& tok, const std::vector<int32_t>& i
     if (out.tool_calls.empty()) return;
     auto& call = out.tool_calls.back();
     const std::string v = tok::utf8_sanitize(arg_value);
-    if (arg_type == "string") {
-      call.arguments[arg_key] = v;
+    if (arg_type == "string" || !json_depth_within(v)) {
+      call.arguments[arg_key] = v;  // too deep to hold as a value: kept as text, as unparsable text is
     } else {
       try {
         call.arguments[arg_key] = OJ::parse(v);
@@ -72,6 +73,10 @@ ParsedOutput parse_k3_output(const Tokenizer& tok, const std::vector<int32_t>& i
     if (out.tool_calls.empty()) return;
     auto& call = out.tool_calls.back();
     call.raw_arguments = tok::utf8_sanitize(json_raw);
+    if (!json_depth_within(call.raw_arguments)) {
+      call.arguments = nullptr;  // as for text that does not parse; raw_arguments keeps it
+      return;
+    }
     try {
       call.arguments = OJ::parse(call.raw_arguments);
     } catch (const OJ::exception&) {

@@ -17,8 +17,9 @@ namespace k3 {
 struct ParsedToolCall {
   std::string name;
   /// Arguments object in generation order: `string` arguments as JSON strings, others parsed
-  /// from their JSON text (kept as a string if that text does not parse); for a
-  /// `<|open|>json type="object"<|sep|>RAW` block, RAW parsed (or null if it does not parse).
+  /// from their JSON text (kept as a string if that text does not parse or nests deeper than
+  /// kMaxJsonDepth, core/json_depth.h); for a `<|open|>json type="object"<|sep|>RAW` block, RAW
+  /// parsed (or null if it does not parse or nests deeper than kMaxJsonDepth).
   nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
   std::string raw_arguments;  ///< RAW of a json block, else empty
 };

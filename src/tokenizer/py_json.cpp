@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 
 namespace k3::tok {
 namespace {
@@ -75,8 +76,11 @@ void dump_float(double d, std::string& out) {
   }
 }
 
-void dump(const nlohmann::ordered_json& v, bool sort_keys, bool compact, std::string& out) {
+// depth: arrays/objects around v. Recursion is bounded by kMaxJsonDepth.
+void dump(const nlohmann::ordered_json& v, bool sort_keys, bool compact, std::string& out, int depth) {
   using T = nlohmann::ordered_json::value_t;
+  if ((v.is_array() || v.is_object()) && depth >= kMaxJsonDepth)
+    throw Error("JSON: a value nested deeper than " + std::to_string(kMaxJsonDepth) + " levels cannot be rendered");
   switch (v.type()) {
     case T::null: out += "null"; return;
     case T::boolean: out += v.get<bool>() ? "true" : "false"; return;
@@ -90,7 +94,7 @@ void dump(const nlohmann::ordered_json& v, bool sort_keys, bool compact, std::st
       for (const auto& e : v) {
         if (!first) out += compact ? "," : ", ";
         first = false;
-        dump(e, sort_keys, compact, out);
+        dump(e, sort_keys, compact, out, depth + 1);
       }
       out.push_back(']');
       return;
@@ -107,7 +111,7 @@ void dump(const nlohmann::ordered_json& v, bool sort_keys, bool compact, std::st
         first = false;
         dump_string(*k, out);
         out += compact ? ":" : ": ";
-        dump(*val, sort_keys, compact, out);
+        dump(*val, sort_keys, compact, out, depth + 1);
       }
       out.push_back('}');
       return;
@@ -121,7 +125,7 @@ void dump(const nlohmann::ordered_json& v, bool sort_keys, bool compact, std::st
 
 std::string py_json_dumps(const nlohmann::ordered_json& v, bool sort_keys, bool compact) {
   std::string out;
-  dump(v, sort_keys, compact, out);
+  dump(v, sort_keys, compact, out, 0);
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 
 namespace k3::tok {
 namespace {
@@ -202,6 +203,7 @@ std::vector<SpecialToken> specials_k3_default(int32_t n) {
 
 std::vector<SpecialToken> specials_from_config(std::string_view config_json, int32_t n,
                                                const std::string& name) {
+  check_json_depth(config_json, name);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(config_json);

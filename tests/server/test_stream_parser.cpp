@@ -8,6 +8,7 @@
 #include <map>
 
 #include "../tokenizer/tokenizer_test_util.h"
+#include "core/error.h"
 #include "stop_matcher.h"
 #include "stream_parser.h"
 #include "tokenizer/chat_k3.h"
@@ -198,6 +199,50 @@ TEST(StreamParser, TruncatedInsideAnArgumentKeepsValidJson) {
 
 TEST(StreamParser, PythonJsonDumps) {
   EXPECT_EQ(k3::server::py_json_dumps(OJ::parse(R"({"a":[1,{"b":null}],"c":"é"})")), R"({"a": [1, {"b": null}], "c": "é"})");
+}
+
+std::string nested(int depth) {
+  return std::string(static_cast<std::size_t>(depth), '[') + std::string(static_cast<std::size_t>(depth), ']');
+}
+
+TEST(StreamParser, F7DeepToolCallArgumentInModelOutputIsPassedOnAsAStringNotACrash) {
+  // The model's output is the attacker here: a 50,000-deep argument value used to be parsed and
+  // re-printed recursively (py_json_dumps) until the stack overflowed.
+  const auto& t = k3test::kimi();
+  auto out = [&](const std::string& body) {
+    return t.encode("<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|>" + body +
+                        "<|close|>call<|sep|><|close|>tools<|sep|><|end_of_msg|>",
+                    k3::AllowedSpecials::all());
+  };
+  const std::string deep = nested(50000);
+  std::vector<int32_t> ids = out("<|open|>argument key=\"v\" type=\"object\"<|sep|>" + deep + "<|close|>argument<|sep|>");
+  Streamed s = stream(t, ids);
+  ASSERT_EQ(s.calls.size(), 1u);
+  // Valid, shallow JSON: the deep text travels as a JSON string (as text that does not parse).
+  EXPECT_EQ(s.calls[0].arguments, "{\"v\": \"" + deep + "\"}");
+  EXPECT_EQ(OJ::parse(s.calls[0].arguments)["v"], deep);
+  expect_matches_oracle(t, ids);
+  // At the limit the value is parsed and printed as JSON.
+  ids = out("<|open|>argument key=\"v\" type=\"array\"<|sep|>" + nested(64) + "<|close|>argument<|sep|>");
+  s = stream(t, ids);
+  EXPECT_EQ(s.calls[0].arguments, "{\"v\": " + nested(64) + "}");
+  expect_matches_oracle(t, ids);
+  // Truncated inside the deep argument: the same.
+  ids = t.encode("<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|>"
+                 "<|open|>argument key=\"v\" type=\"object\"<|sep|>" + std::string(50000, '['),
+                 k3::AllowedSpecials::all());
+  s = stream(t, ids);
+  EXPECT_EQ(s.calls[0].arguments, "{\"v\": \"" + std::string(50000, '[') + "\"}");
+  // A raw json block is the arguments text verbatim, however deep (never parsed).
+  ids = out("<|open|>json type=\"object\"<|sep|>{\"a\": " + deep + "}<|close|>json<|sep|>");
+  s = stream(t, ids);
+  EXPECT_EQ(s.calls[0].arguments, "{\"a\": " + deep + "}");
+}
+
+TEST(StreamParser, PythonJsonDumpsRefusesValuesDeeperThanTheLimit) {
+  EXPECT_EQ(k3::server::py_json_dumps(OJ::parse(nested(64))), nested(64));
+  EXPECT_THROW(k3::server::py_json_dumps(OJ::parse(nested(65))), k3::Error);
+  EXPECT_THROW(k3::server::py_json_dumps(OJ::parse(nested(50000))), k3::Error);
 }
 
 TEST(PlainTextDecoder, DropsSpecialsAndHoldsIncompleteCharacters) {

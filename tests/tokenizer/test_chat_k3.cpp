@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "tokenizer/chat_k3.h"
 #include "tokenizer/chat_output.h"
+#include "tokenizer/py_json.h"
 #include "tokenizer_test_util.h"
 
 namespace {
@@ -159,6 +161,68 @@ TEST(ChatOutput, UnclosedThinkIsReasoningAndEosStops) {
   p = k3::parse_k3_output(t, t.encode("a<|close|>think<|sep|>b"));
   EXPECT_EQ(p.reasoning, "a<|close|>think<|sep|>b");
   EXPECT_THROW(k3::parse_k3_output(t, {163840}), k3::Error);
+}
+
+std::string nested(int depth) {
+  return std::string(static_cast<std::size_t>(depth), '[') + std::string(static_cast<std::size_t>(depth), ']');
+}
+
+OJ assistant_call(const std::string& arguments) {
+  OJ msgs = OJ::parse(R"([{"role": "user", "content": "hi"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": ""}}]}])");
+  msgs[1]["tool_calls"][0]["function"]["arguments"] = arguments;
+  return msgs;
+}
+
+TEST(ChatK3, F1DeepToolCallArgumentsStringIsAnErrorNamingTheField) {
+  // 50,000-deep JSON in the arguments string used to be parsed and printed recursively
+  // (py_json_dumps) until the stack overflowed.
+  for (const std::string& args : {nested(50000), "{\"a\": " + nested(50000) + "}", "{\"a\": " + nested(64) + "}"}) {
+    try {
+      (void)k3::build_chat_segments(assistant_call(args), k3::ChatOptions{});
+      ADD_FAILURE() << "accepted " << args.substr(0, 20);
+    } catch (const k3::Error& e) {
+      const std::string w = e.what();
+      EXPECT_EQ(w.rfind("chat messages[1].tool_calls[0].function.arguments: JSON nested deeper than 64 levels", 0), 0u) << w;
+      if (args[0] == '{') EXPECT_NE(w.find("(in the value of key \"a\")"), std::string::npos) << w;
+    }
+  }
+  // At the limit: rendered, the argument printed Python-style.
+  const auto segs = k3::build_chat_segments(assistant_call("{\"a\": " + nested(63) + "}"), k3::ChatOptions{});
+  EXPECT_NE(k3::join_chat_segments(segs).find(nested(63)), std::string::npos);
+}
+
+TEST(PyJson, ValuesDeeperThanTheLimitAreAnErrorNotAStackOverflow) {
+  EXPECT_EQ(k3::tok::py_json_dumps(OJ::parse(nested(64)), false, false), nested(64));
+  // nlohmann parses iteratively; the printer is what recursed.
+  const OJ deep = OJ::parse(nested(50000));
+  EXPECT_THROW(k3::tok::py_json_dumps(deep, false, false), k3::Error);
+  EXPECT_THROW(k3::tok::py_json_dumps(OJ::parse(nested(65)), true, true), k3::Error);
+  const OJ obj = OJ::parse("{\"k\": " + nested(63) + "}");
+  EXPECT_EQ(k3::tok::py_json_dumps(obj, true, true), "{\"k\":" + nested(63) + "}");
+}
+
+TEST(ChatOutput, F7DeepArgumentInModelOutputIsKeptAsTextNotParsed) {
+  const auto& t = k3test::kimi();
+  auto out = [&](const std::string& body) {
+    return t.encode("<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|>" + body +
+                        "<|close|>call<|sep|><|close|>tools<|sep|><|end_of_msg|>",
+                    k3::AllowedSpecials::all());
+  };
+  const std::string deep = nested(50000);
+  // An argument of type object whose text is too deep: kept as the string, like unparsable text.
+  auto p = k3::parse_k3_output(t, out("<|open|>argument key=\"v\" type=\"object\"<|sep|>" + deep + "<|close|>argument<|sep|>"));
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  ASSERT_TRUE(p.tool_calls[0].arguments["v"].is_string());
+  EXPECT_EQ(p.tool_calls[0].arguments["v"].get<std::string>(), deep);
+  // At the limit it is parsed.
+  p = k3::parse_k3_output(t, out("<|open|>argument key=\"v\" type=\"object\"<|sep|>" + nested(64) + "<|close|>argument<|sep|>"));
+  EXPECT_TRUE(p.tool_calls[0].arguments["v"].is_array());
+  // A raw json block too deep: arguments null (as for text that does not parse), raw kept.
+  p = k3::parse_k3_output(t, out("<|open|>json type=\"object\"<|sep|>{\"a\": " + deep + "}<|close|>json<|sep|>"));
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_TRUE(p.tool_calls[0].arguments.is_null());
+  EXPECT_EQ(p.tool_calls[0].raw_arguments, "{\"a\": " + deep + "}");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/read_file.h"
 #include "tokenizer/chat_k3.h"
 #include "tokenizer/tokenizer.h"
@@ -93,9 +94,11 @@ void run_tokenize(const TokenizeOpts& o) {
   if (!o.chat.empty()) {
     // FILE.json: a list of messages, or {"messages": [...], "tools": [...], "kwargs": {...}}
     // (the k3_chat_vectors.json vector shape). Flags override kwargs.
+    const std::string text = read_all(o.chat, "--chat");
+    k3::check_json_depth(text, "--chat " + o.chat);
     nlohmann::ordered_json j;
     try {
-      j = nlohmann::ordered_json::parse(read_all(o.chat, "--chat"));
+      j = nlohmann::ordered_json::parse(text);
     } catch (const nlohmann::ordered_json::exception& e) {
       throw k3::Error(o.chat + ": expected JSON: " + e.what());
     }

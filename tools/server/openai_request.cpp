@@ -6,6 +6,7 @@
 #include <random>
 
 #include "api_error.h"
+#include "core/json_depth.h"
 
 namespace k3::server {
 namespace {
@@ -156,6 +157,24 @@ void check_tools(const OJ& tools) {
 
 std::string tool_name(const OJ& tool) { return tool["function"]["name"].get<std::string>(); }
 
+// A tool call's "arguments" string is JSON text the chat renderer parses and prints again: it
+// gets the body's depth bound too, with a 400 naming the field.
+void check_tool_call_arguments(const OJ& tool_calls, const std::string& w) {
+  for (std::size_t k = 0; k < tool_calls.size(); ++k) {
+    const OJ& call = tool_calls[k];
+    if (!call.is_object()) continue;  // the renderer names the malformed call
+    const bool nested = call.contains("function");
+    const OJ& fn = nested ? call["function"] : call;
+    if (!fn.is_object()) continue;
+    auto a = fn.find("arguments");
+    if (a == fn.end() || !a->is_string()) continue;
+    const JsonDepthScan scan = scan_json_depth(a->get_ref<const std::string&>(), kMaxJsonDepth);
+    if (scan.exceeded)
+      throw bad_request("messages", w + ".tool_calls[" + std::to_string(k) + "]" + (nested ? ".function" : "") +
+                                        ".arguments: JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
+}
+
 OJ check_messages(const OJ& body) {
   const OJ* m = field(body, "messages");
   if (!m) throw bad_request("messages", "messages: required (a non-empty list of messages)");
@@ -182,8 +201,10 @@ OJ check_messages(const OJ& body) {
       if (it != msg.end() && !it->is_null() && !it->is_string())
         throw bad_request("messages", w + "." + k + ": expected a string, found " + shown(*it));
     }
-    if (auto tc = msg.find("tool_calls"); tc != msg.end() && !tc->is_null() && !tc->is_array())
-      throw bad_request("messages", w + ".tool_calls: expected a list, found " + shown(*tc));
+    if (auto tc = msg.find("tool_calls"); tc != msg.end() && !tc->is_null()) {
+      if (!tc->is_array()) throw bad_request("messages", w + ".tool_calls: expected a list, found " + shown(*tc));
+      check_tool_call_arguments(*tc, w);
+    }
     out.push_back(std::move(msg));
   }
   return out;
@@ -194,23 +215,9 @@ OJ check_messages(const OJ& body) {
 OJ parse_body(const std::string& body) {
   // Deeply nested values would make the recursive parts of nlohmann::json (copy, dump) and of
   // the chat renderer overflow the stack: refuse them before parsing.
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
-        throw ApiError(400, "JSON decode error: values nested deeper than " + std::to_string(kMaxJsonDepth) +
-                                " levels are not accepted", "body");
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
+  if (!json_depth_within(body, kMaxJsonDepth))
+    throw ApiError(400, "JSON decode error: values nested deeper than " + std::to_string(kMaxJsonDepth) +
+                            " levels are not accepted", "body");
   OJ j;
   try {
     j = OJ::parse(body);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_depth.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_k3.h"
 
@@ -65,7 +66,8 @@ struct CompletionRequest {
 /// tool_choice (auto|none|required|{"type":"function","function":{"name"}} naming a declared
 /// tool; a named choice renders as "required" with only that tool declared), reasoning_effort
 /// (low|high|max), chat_template_kwargs.thinking / enable_thinking (bool), response_format
-/// ({"type": "json_object"|"text"}; json_schema is refused), n (must be 1), and
+/// ({"type": "json_object"|"text"}; json_schema is refused), n (must be 1), an assistant's
+/// tool_calls[k].function.arguments string (JSON text nested at most kMaxJsonDepth levels), and
 /// the GenerationFields. Errors: ApiError(400) naming the field.
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
 
@@ -74,8 +76,9 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const Request
 /// GenerationFields. Errors: ApiError(400) naming the field.
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
 
-/// Deepest nesting of arrays/objects parse_body accepts.
-constexpr int kMaxJsonDepth = 64;
+/// Deepest nesting of arrays/objects parse_body accepts, in the body and in JSON text held in a
+/// tool call's "arguments" string (k3::kMaxJsonDepth, core/json_depth.h).
+constexpr int kMaxJsonDepth = k3::kMaxJsonDepth;
 
 /// Decodes a request body. Errors: ApiError(400) "JSON decode error: ..." (param "body") for
 /// malformed JSON, a top-level value that is not an object, or nesting deeper than

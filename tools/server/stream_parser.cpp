@@ -5,6 +5,8 @@
 
 #include <random>
 
+#include "core/error.h"
+#include "core/json_depth.h"
 #include "tokenizer/chat_output.h"
 #include "tokenizer/utf8.h"
 
@@ -23,24 +25,33 @@ void StreamDelta::append(const StreamDelta& o) {
   tool_calls.insert(tool_calls.end(), o.tool_calls.begin(), o.tool_calls.end());
 }
 
-std::string py_json_dumps(const OJ& v) {
+namespace {
+
+// depth: arrays/objects around v. Recursion is bounded by kMaxJsonDepth.
+std::string py_json_dumps_at(const OJ& v, int depth) {
+  if ((v.is_object() || v.is_array()) && depth >= kMaxJsonDepth)
+    throw Error("JSON: a value nested deeper than " + std::to_string(kMaxJsonDepth) + " levels cannot be printed");
   if (v.is_object()) {
     std::string s = "{";
     bool first = true;
     for (const auto& [k, x] : v.items()) {
       if (!first) s += ", ";
       first = false;
-      s += dump(OJ(k)) + ": " + py_json_dumps(x);
+      s += dump(OJ(k)) + ": " + py_json_dumps_at(x, depth + 1);
     }
     return s + "}";
   }
   if (v.is_array()) {
     std::string s = "[";
-    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + py_json_dumps(v[i]);
+    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + py_json_dumps_at(v[i], depth + 1);
     return s + "]";
   }
   return dump(v);
 }
+
+}  // namespace
+
+std::string py_json_dumps(const OJ& v) { return py_json_dumps_at(v, 0); }
 
 std::string new_tool_call_id() {
   static const char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -67,8 +78,8 @@ void K3StreamParser::finish_argument(StreamDelta& d) {
   if (!call_open_ || call_raw_) return;
   const std::string v = tok::utf8_sanitize(arg_value_);
   OJ value;
-  if (arg_type_ == "string") {
-    value = v;
+  if (arg_type_ == "string" || !json_depth_within(v)) {
+    value = v;  // too deep to hold as a value: passed on as a JSON string, as unparsable text is
   } else {
     try {
       value = OJ::parse(v);

@@ -6,7 +6,9 @@
 // -> content, and each `<|open|>call tool="NAME"…` block -> a tool call whose arguments are
 // streamed as a JSON object text, one fragment per argument (`{"city": "Paris"`, `, "days": 3`,
 // `}`), formatted like Python's json.dumps (", " and ": " separators) as vLLM's kimi_k3 parser
-// does. Text never splits a UTF-8 character across deltas: incomplete trailing bytes are held
+// does. An argument whose JSON text nests deeper than kMaxJsonDepth (core/json_depth.h) is
+// passed on as a JSON string holding that text, as text that does not parse is; a
+// `<|open|>json` block is the arguments text verbatim, however deep. Text never splits a UTF-8 character across deltas: incomplete trailing bytes are held
 // back until completed (or, at finish(), replaced by U+FFFD), so no delta holds a U+FFFD for a
 // character that is still arriving.
 #pragma once
@@ -107,6 +109,7 @@ class PlainTextDecoder : public OutputDecoder {
 };
 
 /// Python json.dumps-style text of one value (", " and ": " separators, non-ASCII kept).
+/// Errors: k3::Error for arrays/objects nested deeper than kMaxJsonDepth (core/json_depth.h).
 std::string py_json_dumps(const nlohmann::ordered_json& v);
 
 /// A fresh tool-call id: "call_" + 24 random [a-zA-Z0-9].
