@@ -366,6 +366,9 @@ void Scheduler::engine_loop() {
 void Scheduler::retire(Slot& s) {
   std::lock_guard<std::mutex> lk(mu_);
   busy_[static_cast<size_t>(s.id)] = false;
+  // The slot holds the state of its last sequence or nothing: an earlier sequence's state never
+  // outlives a later sequence that ran in the slot.
+  kept_[static_cast<size_t>(s.id)] = Kept{};
   if (!opt_.keep_slot_states || !s.seq.impl || s.seq.impl->failed) return;
   // The ids after the exact resume point were fed in pieces a one-pass prefill of a longer
   // prompt does not use (the prompt's tail, the generated ids in decode form): the kept state
@@ -401,7 +404,9 @@ Scheduler::SlotFileResult Scheduler::save_slot(int64_t id, const std::filesystem
     meta.ids = k.ids;
   }
   meta.fingerprint = fingerprint;
-  meta.extra_json = nlohmann::json{{kSlotFileKey, {{"exact_resume", true}}}}.dump();
+  meta.extra_json = nlohmann::json{{kSlotFileKey,
+                                     {{"exact_resume", true}, {"grain", exact_grain(model_.options().prefill_chunk)}}}}
+                        .dump();
   Timer t;
   copy->save(file, meta);  // a unique temporary file renamed onto `file`: concurrent saves never mix
   std::error_code ec;
@@ -425,20 +430,24 @@ Scheduler::SlotFileResult Scheduler::restore_slot(int64_t id, const std::filesys
   if (st.n_past() >= opt_.n_ctx)
     throw Error("sequence state '" + file.string() + "': " + std::to_string(st.n_past()) +
                 " tokens do not fit the context of " + std::to_string(opt_.n_ctx));
-  // Only a state cut at an exact resume point (what save_slot writes) continues a request
-  // bit-identically to the request run alone; a `k3 run` / `k3 chat` state (or a slot file of
-  // an older k3) ends with ids fed in decode form.
+  // Only a state cut at an exact resume point of this model's prefill grain (what save_slot
+  // writes, with the grain it used) continues a request bit-identically to the request run
+  // alone; a `k3 run` / `k3 chat` state, or a file without the mark, ends with ids fed in
+  // decode form.
+  const int64_t grain = exact_grain(model_.options().prefill_chunk);
   bool exact = false;
   try {
     const nlohmann::json extra = meta.extra_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(meta.extra_json);
     exact = extra.is_object() && extra.contains(kSlotFileKey) && extra[kSlotFileKey].is_object() &&
-            extra[kSlotFileKey].value("exact_resume", false) == true;
+            extra[kSlotFileKey].value("exact_resume", false) == true &&
+            extra[kSlotFileKey].value("grain", int64_t{-1}) == grain;
   } catch (const std::exception&) {
     exact = false;
   }
-  if (!exact || st.n_past() < 1 || st.n_past() % exact_grain(model_.options().prefill_chunk) != 0)
-    throw Error("sequence state '" + file.string() + "': not a slot state cut at an exact resume point (saved by " +
-                "`k3 run`, `k3 chat` or an older k3): a request extending it would not equal the request run alone; " +
+  if (!exact || st.n_past() < 1 || st.n_past() % grain != 0)
+    throw Error("sequence state '" + file.string() + "': not a slot state cut at an exact resume point of this " +
+                "server's prefill grain of " + std::to_string(grain) + " tokens (a `k3 run` / `k3 chat` state, or " +
+                "a slot file without that mark): a request extending it would not equal the request run alone; " +
                 "save it from a slot with POST /slots/{id}?action=save");
   SlotFileResult r;
   r.n_tokens = st.n_past();

@@ -181,10 +181,46 @@ TEST(SchedulerKeptSlots, KeptStateIsCutAtTheExactResumePoint) {
   }
 }
 
+/// A slot holds its last sequence's state or nothing: a later sequence that keeps nothing (too
+/// short to reach an exact resume point) leaves the slot empty, not holding the earlier state.
+TEST(SchedulerKeptSlots, LaterSequenceThatKeepsNothingEmptiesTheSlot) {
+  k3::Scheduler::Options so = options(true);
+  so.n_parallel = 1;  // every request runs in slot 0
+  k3::Scheduler kept(*mini().model, so);
+  ASSERT_EQ(drain(*kept.submit(request(ids_of(300, 41), 1, 0.0f, 4))).error, "");
+  EXPECT_EQ(kept.slot_summary()[0].second, 256);
+  ASSERT_EQ(drain(*kept.submit(request(ids_of(5, 42), 1, 0.0f, 4))).error, "");
+  EXPECT_EQ(kept.slot_summary()[0].second, 0);
+}
+
 std::filesystem::path temp_dir() {
   char tmpl[] = "/tmp/k3kept-XXXXXX";
   if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   return tmpl;
+}
+
+/// A slot file records the prefill grain its cut point is exact for: a server with another grain
+/// (a prefill chunk off the 64-grid) refuses it rather than continue inexactly.
+TEST(SchedulerKeptSlots, SlotFileOfAnotherPrefillGrainIsRefused) {
+  const std::filesystem::path dir = temp_dir();
+  const std::filesystem::path file = dir / "slot.bin";
+  {
+    k3::Scheduler a(*mini().model, options(true));
+    ASSERT_EQ(drain(*a.submit(request(ids_of(200, 7), 1, 0.0f, 4))).error, "");
+    EXPECT_EQ(a.save_slot(0, file, "fp").n_tokens, 192);
+  }
+  // Grain 96: 192 is one of its multiples, but the state was cut for the 64-grain.
+  k3::Scheduler b(model_chunk(96), options(true));
+  try {
+    b.restore_slot(0, file, "fp");
+    ADD_FAILURE() << "a slot file of another prefill grain was restored";
+  } catch (const k3::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prefill grain of 96"), std::string::npos) << e.what();
+  }
+  k3::Scheduler c(*mini().model, options(true));  // the same grain restores it
+  EXPECT_EQ(c.restore_slot(0, file, "fp").n_tokens, 192);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 TEST(SchedulerKeptSlots, RestoredSlotContinuesExactlyAndDecodeFormStatesAreRefused) {

@@ -250,6 +250,8 @@ void HttpServer::setup_routes() {
     std::fprintf(stderr, "k3 serve: %s %s %d | prompt %lld tok | gen %lld tok | %.1f ms\n",
                  escape_for_log(req.method).c_str(), escape_for_log(req.path).c_str(), res.status, static_cast<long long>(std::max<int64_t>(log.prompt_tokens, 0)),
                  static_cast<long long>(std::max<int64_t>(log.generated_tokens, 0)), ms);
+    // A request httplib refuses before the pre-routing handler runs must not show these counts.
+    current_request_log() = RequestLog{};
   });
 }
 

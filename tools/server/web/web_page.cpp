@@ -7,7 +7,7 @@
 namespace k3::server {
 namespace {
 
-// cpp-httplib 0.11 matches route patterns as std::regex: a file name's '.' must be escaped.
+// cpp-httplib matches route patterns without '/:' as std::regex: a file name's '.' must be escaped.
 std::string exact_path_pattern(std::string_view path) {
   std::string p;
   for (char c : path) {
