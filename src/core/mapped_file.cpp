@@ -47,8 +47,10 @@ void put_u64(char* buf, size_t& n, size_t cap, uint64_t v) {
 // SIGBUS on a mapped file: its pages past the current end no longer exist (the file was truncated
 // after it was mapped) or its storage failed. The faulting thread may be inside a compute kernel
 // of a parallel region, so the process cannot recover safely: the handler names the file and
-// returns with the default action restored (SA_RESETHAND), so the access faults again and the
-// process ends by SIGBUS.
+// returns with the previous action restored (the default, or a sanitizer's or the embedding
+// program's handler), so the access faults again and that action ends the process.
+struct sigaction g_previous_sigbus {};
+
 void on_sigbus(int, siginfo_t* si, void*) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(si->si_addr);
   for (const MapSlot& m : g_maps) {
@@ -69,19 +71,18 @@ void on_sigbus(int, siginfo_t* si, void*) {
     (void)w;
     break;
   }
+  ::sigaction(SIGBUS, &g_previous_sigbus, nullptr);  // async-signal-safe
   if (si->si_code <= 0) ::raise(SIGBUS);  // sent by a process: nothing re-faults, so raise it again
 }
 
 void install_sigbus_handler() {
   static std::once_flag once;
   std::call_once(once, [] {
-    struct sigaction old {};
-    if (::sigaction(SIGBUS, nullptr, &old) != 0) return;
-    // Another handler (a sanitizer's, the embedding program's) is left in place.
-    if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) return;
+    // A handler already installed (a sanitizer's, the embedding program's) runs after ours.
+    if (::sigaction(SIGBUS, nullptr, &g_previous_sigbus) != 0) return;
     struct sigaction sa {};
     sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGBUS, &sa, nullptr);
   });
