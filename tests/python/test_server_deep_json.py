@@ -173,14 +173,22 @@ def with_deep_extra(raw, depth):
     assert raw[:8] == b"K3SEQST1"
     (n,) = struct.unpack("<Q", raw[8:16])
     h = json.loads(raw[16:16 + n])
-    h["extra"] = "@EXTRA@"
+    if isinstance(h.get("extra"), dict) and h["extra"]:
+        # a slot file's extra (its exact-resume mark) is kept: the deep value sits beside it, one
+        # level further in (header, extra object, value)
+        h["extra"]["deep"] = "@EXTRA@"
+        depth -= 1
+    else:
+        h["extra"] = "@EXTRA@"
     hs = json.dumps(h).replace('"@EXTRA@"', nested(depth)).encode()
     out = raw[:8] + struct.pack("<Q", len(hs)) + hs + raw[16 + n:-4]
     return out + struct.pack("<I", zlib.crc32(out))
 
 
 def test_f12_slot_restore_of_state_with_deep_extra_is_400(server):
-    r = post(server, "/v1/completions", {"prompt": "And God said", "max_tokens": 4, "temperature": 0})
+    # a prompt long enough that slot 0 keeps a state (cut at a multiple of 64 ids)
+    heldout = open(os.path.join(MINI, "heldout.txt"), encoding="utf-8").read()
+    r = post(server, "/v1/completions", {"prompt": heldout[:500], "max_tokens": 4, "temperature": 0})
     assert r.status_code == 200, r.text
     r = post(server, "/slots/0?action=save", {"filename": "good.bin"})
     assert r.status_code == 200, r.text

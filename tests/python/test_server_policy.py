@@ -71,8 +71,10 @@ def test_f5_cross_site_completion_and_slot_save_are_refused(open_server):
     e = error_of(post(s, "/v1/completions", COMPLETION, simple), 403)
     assert "Cross-origin request from Origin 'http://evil.example' refused" in e["message"]
     assert "--cors-origin" in e["message"] and e["type"] == "PermissionDeniedError"
-    # a completion run first, so that slot 0 keeps a state the attack could write out
-    assert post(s, "/v1/completions", COMPLETION, {"Content-Type": "application/json"}).status_code == 200
+    # a completion run first, so that slot 0 keeps a state the attack could write out (a prompt
+    # long enough to reach an exact resume point: slots keep states cut at multiples of 64 ids)
+    long_completion = dict(COMPLETION, prompt=HELDOUT[:500])
+    assert post(s, "/v1/completions", long_completion, {"Content-Type": "application/json"}).status_code == 200
     error_of(post(s, "/slots/0?action=save", {"filename": "stolen.bin"}, simple), 403)
     error_of(post(s, "/slots/0?action=save", {"filename": "stolen.bin"},
                   {"Origin": EVIL, "Content-Type": "application/x-www-form-urlencoded"}), 403)
@@ -80,7 +82,7 @@ def test_f5_cross_site_completion_and_slot_save_are_refused(open_server):
     error_of(post(s, "/v1/completions", COMPLETION, {"Origin": "null", "Content-Type": "text/plain"}), 403)
     # the server's own origin (the chat page at /) and clients without Origin still work
     own = {"Origin": s.url, "Content-Type": "application/json"}
-    r = post(s, "/v1/completions", COMPLETION, own)
+    r = post(s, "/v1/completions", long_completion, own)
     assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
     r = post(s, "/slots/0?action=save", {"filename": "mine.bin"}, {"Content-Type": "application/json"})
     assert r.status_code == 200, r.text

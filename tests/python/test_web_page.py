@@ -266,20 +266,27 @@ def test_page_is_served_without_key_with_a_strict_csp(server):
     # the API still needs the key
     assert httpx.get(server.url + "/v1/models", timeout=10).status_code == 401
     assert httpx.post(server.url + "/v1/chat/completions", json={}, timeout=10).status_code == 401
-    assert httpx.get(server.url + "/app.jsx", timeout=10).status_code == 404
+    # files that are not the page's are not served (the key opens every other path: then 404)
+    assert httpx.get(server.url + "/app.jsx", timeout=10).status_code == 401
+    assert httpx.get(server.url + "/app.jsx", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).status_code == 404
+
+
+N_STREAM = 600
 
 
 def test_streamed_multi_turn_chat_survives_reload(server, browser):
+    # Long enough that the page (which redraws a streaming message at most every 60 ms) shows
+    # the answer grow in several steps even when K3-mini decodes fast.
     d = browser
     open_page(d, server)
     new_chat(d)
-    configure(d, thinking=False, temperature=0, max_tokens=48)
+    configure(d, thinking=False, temperature=0, max_tokens=N_STREAM)
     hook_fetch(d)
     observe_growth(d)
     send(d, "And God said")
     first = wait_for(d, assistant_finished, "the first answer")
     assert first["status"] == "done" and first["error"] is None, first
-    want1 = server.chat([{"role": "user", "content": "And God said"}], max_tokens=48, temperature=0,
+    want1 = server.chat([{"role": "user", "content": "And God said"}], max_tokens=N_STREAM, temperature=0,
                         chat_template_kwargs={"thinking": False})
     assert first["content"] == want1["content"] and first["content"]
     # the text arrived in several steps while the message was streaming
@@ -293,9 +300,9 @@ def test_streamed_multi_turn_chat_survives_reload(server, browser):
                {"role": "user", "content": "And the earth"}]
     body = request_bodies(d)[-1]
     assert body["messages"] == history and body["stream"] is True
-    assert body["temperature"] == 0 and body["max_tokens"] == 48
+    assert body["temperature"] == 0 and body["max_tokens"] == N_STREAM
     assert body["chat_template_kwargs"] == {"thinking": False} and "reasoning_effort" not in body
-    want2 = server.chat(history, max_tokens=48, temperature=0, chat_template_kwargs={"thinking": False})
+    want2 = server.chat(history, max_tokens=N_STREAM, temperature=0, chat_template_kwargs={"thinking": False})
     assert second["content"] == want2["content"]
 
     before = page_state(d)
@@ -304,7 +311,7 @@ def test_streamed_multi_turn_chat_survives_reload(server, browser):
     assert page_state(d) == before
     assert [m["content"] for m in before] == ["And God said", first["content"], "And the earth", second["content"]]
     # the settings and the key (this tab's session) survive too
-    assert d.find_element(By.ID, "max-tokens").get_attribute("value") == "48"
+    assert d.find_element(By.ID, "max-tokens").get_attribute("value") == str(N_STREAM)
     assert not d.find_element(By.ID, "thinking").is_selected()
     assert d.find_element(By.ID, "api-key").get_attribute("value") == KEY
     assert_no_script_errors(d)
