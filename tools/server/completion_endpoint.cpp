@@ -112,13 +112,7 @@ void handle_completion(const ServeContext& ctx, const httplib::Request& req, htt
   if (cr.prompt_text) {
     const int64_t bound = std::max<int64_t>(ctx.n_ctx, ctx.max_tokenize_tokens);
     std::optional<std::vector<int32_t>> ids = ctx.tok->encode_at_most(*cr.prompt_text, static_cast<size_t>(bound));
-    if (!ids)
-      throw ApiError(400,
-                     "This model's maximum context length is " + std::to_string(ctx.n_ctx) +
-                         " tokens. However, your prompt contains more than " + std::to_string(bound) +
-                         " input tokens, which leaves no room for generated tokens. Please reduce the length of the "
-                         "prompt (or restart the server with a larger -c/--ctx-size).",
-                     "input_tokens");
+    if (!ids) throw context_length_error(ctx.n_ctx, "more than " + std::to_string(bound));
     prompt = std::move(*ids);
   }
   SeqRequest q = make_seq_request(ctx, prompt, cr.gen);

@@ -95,16 +95,19 @@ std::string finish_reason_of(const GenerationResult& r, bool has_tool_calls) {
   return "stop";
 }
 
+ApiError context_length_error(int64_t n_ctx, const std::string& n_prompt_text) {
+  return ApiError(400,
+                  "This model's maximum context length is " + std::to_string(n_ctx) +
+                      " tokens. However, your prompt contains " + n_prompt_text +
+                      " input tokens, which leaves no room for generated tokens. Please reduce the length of the "
+                      "prompt (or restart the server with a larger -c/--ctx-size).",
+                  "input_tokens");
+}
+
 SeqRequest make_seq_request(const ServeContext& ctx, std::vector<int32_t> prompt, const GenerationFields& g) {
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   if (n_prompt < 1) throw bad_request("prompt", "the prompt is empty (expected at least 1 token)");
-  if (n_prompt >= ctx.n_ctx)
-    throw ApiError(400,
-                   "This model's maximum context length is " + std::to_string(ctx.n_ctx) +
-                       " tokens. However, your prompt contains " + std::to_string(n_prompt) +
-                       " input tokens, which leaves no room for generated tokens. Please reduce the length of the "
-                       "prompt (or restart the server with a larger -c/--ctx-size).",
-                   "input_tokens");
+  if (n_prompt >= ctx.n_ctx) throw context_length_error(ctx.n_ctx, std::to_string(n_prompt));
   for (std::size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= ctx.tok->vocab_size())
       throw bad_request("prompt", "prompt[" + std::to_string(i) + "]: token id " + std::to_string(prompt[i]) +

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "api_error.h"
 #include "openai_response.h"
 #include "serve_context.h"
 #include "stop_matcher.h"
@@ -48,6 +49,11 @@ GenerationResult drive_generation(const ServeContext& ctx, SeqHandle& h, OutputD
 /// The OpenAI finish_reason of a result: "stop", "length", "tool_calls" (stop with tool calls),
 /// "abort" (cancelled by the server), "error".
 std::string finish_reason_of(const GenerationResult& r, bool has_tool_calls);
+
+/// The OpenAI-style 400 (param "input_tokens") for a prompt that leaves no room in the context
+/// of `n_ctx` tokens; `n_prompt_text` is the prompt's length as the message says it ("812", or
+/// "more than 4096" when tokenization stopped early).
+ApiError context_length_error(int64_t n_ctx, const std::string& n_prompt_text);
 
 /// Fills a SeqRequest for `prompt`: checks the context (ApiError 400 in vLLM's words, param
 /// "input_tokens"), resolves max_tokens (the request's, else the server default; silently
