@@ -214,7 +214,8 @@ py::object next_event(k3::SeqHandle& h, double timeout_s) {
 
 PYBIND11_MODULE(_k3, m) {
   m.doc() = "k3.cpp engine bindings (use the k3 package: k3.LLM)";
-  static py::exception<k3::Error> error(m, "Error", PyExc_RuntimeError);
+  // Translators run most recent first: QueueFullError before its base k3::Error.
+  static py::exception<k3::Error>& error = py::register_exception<k3::Error>(m, "Error", PyExc_RuntimeError);
   py::register_exception<k3::QueueFullError>(m, "QueueFullError", error.ptr());
   // nlohmann's parse errors of chat JSON are input errors too.
   py::register_exception_translator([](std::exception_ptr p) {

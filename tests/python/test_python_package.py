@@ -16,10 +16,8 @@ The binary is $K3_BIN, else build/tools/cli/k3.
 """
 import json
 import os
-import site
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
 
@@ -44,13 +42,15 @@ def cli(*args, stdin=None):
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
     """A temporary venv with the package installed by `pip install .` (timed: stderr)."""
+    import importlib.util
+    assert importlib.util.find_spec("scikit_build_core"), \
+        "scikit-build-core is not installed: run scripts/setup.sh (tools/requirements.txt pins it)"
     d = tmp_path_factory.mktemp("k3_venv")
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(d)], check=True, timeout=300)
     py = str(d / "bin" / "python")
     purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              check=True, capture_output=True, text=True).stdout.strip()
-    parents = [p for p in site.getsitepackages() + [site.getusersitepackages(), sysconfig.get_paths()["purelib"]]
-               if os.path.isdir(p)]
+    parents = [p for p in sys.path if os.path.isdir(p) and os.path.basename(p) in ("site-packages", "dist-packages")]
     with open(os.path.join(purelib, "k3_test_parent_site.pth"), "w") as f:
         f.write("\n".join(parents) + "\n")
     t0 = time.monotonic()
