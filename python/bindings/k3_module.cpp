@@ -97,7 +97,9 @@ class Engine {
     return py::bytes(s);
   }
 
-  /// Teacher-forced logits of `ids` on a fresh sequence: float32 [len(ids), vocab_size].
+  /// Teacher-forced logits of `ids` on a fresh sequence: float32 [len(ids), vocab_size]. Runs
+  /// on the calling thread, beside the engine thread (Model's const methods share no state).
+  /// Errors: k3::Error for no ids or an id outside [0, vocab_size).
   py::array_t<float> logits(const std::vector<int32_t>& ids) const {
     if (ids.empty()) throw k3::Error("logits: ids is empty (expected at least 1 token id)");
     const int64_t V = lm_.model->config().vocab_size;

@@ -18,7 +18,24 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from . import _k3
+
+def _load_engine():  # type: ignore[no-untyped-def]
+    """Imports the extension with OpenMP's passive wait policy, the k3 CLI's default
+    (tools/cli/omp_wait.h: spinning workers slow decoding on a busy machine). libgomp reads
+    OMP_WAIT_POLICY once, when the extension loads it; a policy the user set (OMP_WAIT_POLICY or
+    GOMP_SPINCOUNT) is kept, and the environment is left as it was."""
+    set_here = "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ
+    if set_here:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
+    try:
+        from . import _k3 as mod
+    finally:
+        if set_here:
+            del os.environ["OMP_WAIT_POLICY"]
+    return mod
+
+
+_k3 = _load_engine()
 
 Error = _k3.Error
 QueueFullError = _k3.QueueFullError
@@ -308,15 +325,30 @@ class LLM:
         seq = self._submit(prompt_ids, max_tokens, sp, None, False)
         for _ in seq.pieces():
             pass
-        p = self._engine.parse_output(seq.ids, thinking)
+        m = self.parse_chat_output(seq.ids, thinking=thinking)
+        finish = seq.finish or "cancelled"
+        if finish == "stop" and m.get("tool_calls"):
+            finish = "tool_calls"
+        return ChatCompletion(content=m["content"], reasoning_content=m["reasoning_content"],
+                              tool_calls=m.get("tool_calls", []), finish_reason=finish, token_ids=seq.ids,
+                              prompt_token_ids=prompt_ids, seed=sp.seed)
+
+    def parse_chat_output(self, ids: Sequence[int], *, thinking: bool = True) -> dict[str, Any]:
+        """Parses ids generated after a K3 chat prompt (src/tokenizer/chat_output.h) into an
+        OpenAI assistant message: role, content (None when empty and tool calls were made),
+        reasoning_content (None when empty) and, when calls were made, tool_calls
+        [{"id", "type": "function", "function": {"name", "arguments" (JSON text)}}].
+        thinking: the prompt opened the think channel (chat(thinking=True)), so text before any
+        marker is reasoning. Parsing stops at the first <|end_of_msg|> or [EOS].
+        Raises k3.Error for an id outside the vocabulary."""
+        p = self._engine.parse_output([int(i) for i in ids], thinking)
         calls = [{"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
                   "function": {"name": c["name"], "arguments": c["arguments"]}} for c in p["tool_calls"]]
-        finish = seq.finish or "cancelled"
-        if finish == "stop" and calls:
-            finish = "tool_calls"
-        return ChatCompletion(content=p["content"] if (p["content"] or not calls) else None,
-                              reasoning_content=p["reasoning"] or None, tool_calls=calls, finish_reason=finish,
-                              token_ids=seq.ids, prompt_token_ids=prompt_ids, seed=sp.seed)
+        m: dict[str, Any] = {"role": "assistant", "content": p["content"] if (p["content"] or not calls) else None,
+                             "reasoning_content": p["reasoning"] or None}
+        if calls:
+            m["tool_calls"] = calls
+        return m
 
     def stats(self) -> dict[str, int]:
         """Scheduler counters: running, waiting, prompt_tokens_total, prompt_tokens_reused

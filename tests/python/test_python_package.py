@@ -167,6 +167,26 @@ def test_chat_prompt_and_parse(llm, tmp_path):
     assert llm.chat(messages, max_tokens=4, temperature=0, thinking=False).prompt_token_ids == ref_nt
 
 
+def test_parse_chat_output_as_the_server(llm):
+    out = ("Let me check<|close|>think<|sep|><|open|>response<|sep|>It is sunny.<|close|>response<|sep|>"
+           "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|>"
+           "<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris<|close|>argument<|sep|>"
+           "<|open|>argument key=\"days\" type=\"number\"<|sep|>2<|close|>argument<|sep|>"
+           "<|close|>call<|sep|><|close|>tools<|sep|><|end_of_msg|>ignored")
+    m = llm.parse_chat_output(llm.tokenize(out, special=True))
+    assert m["role"] == "assistant"
+    assert m["reasoning_content"] == "Let me check"
+    assert m["content"] == "It is sunny."
+    assert len(m["tool_calls"]) == 1
+    call = m["tool_calls"][0]
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris", "days": 2}
+    # Thinking off: text before any marker is content.
+    m = llm.parse_chat_output(llm.tokenize("plain answer<|end_of_msg|>", special=True), thinking=False)
+    assert m == {"role": "assistant", "content": "plain answer", "reasoning_content": None}
+
+
 def test_stop_string_cuts_the_text(llm):
     full = llm.generate(PROMPT, max_tokens=24, temperature=0, ignore_eos=True)[0]
     words = full.text.split()
