@@ -253,6 +253,8 @@ class LLM:
         return sp
 
     def _prompt_ids(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, np.ndarray):
+            prompt = prompt.tolist()
         return self.tokenize(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
 
     def _submit(self, prompt_ids: list[int], max_tokens: Optional[int], sp: _k3.SamplerParams,
@@ -277,6 +279,8 @@ class LLM:
         stop at <|end_of_msg|> / [EOS]. Raises k3.Error (a prompt that does not fit the
         context, an id outside the vocabulary, a sampling value out of range), k3.QueueFullError.
         """
+        if isinstance(prompts, np.ndarray):  # [n_ids] or [n_prompts, n_ids] token ids
+            prompts = prompts.tolist()
         if isinstance(prompts, str) or (isinstance(prompts, Sequence) and prompts and
                                         all(isinstance(i, (int, np.integer)) for i in prompts)):
             prompts = [prompts]  # type: ignore[list-item]

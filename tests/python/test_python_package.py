@@ -117,6 +117,8 @@ def test_concurrent_generate_equals_lone_calls(llm):
     alone = [llm.generate(p, max_tokens=20, temperature=0, ignore_eos=True)[0].token_ids for p in prompts]
     together = llm.generate(prompts, max_tokens=20, temperature=0, ignore_eos=True)
     assert [c.token_ids for c in together] == alone
+    ids = np.array(together[0].prompt_token_ids, dtype=np.int64)  # ids as a numpy array: one prompt
+    assert [c.token_ids for c in llm.generate(ids, max_tokens=20, temperature=0, ignore_eos=True)] == alone[:1]
     out = [None, None]
 
     def work(i):
