@@ -1,12 +1,13 @@
 // The disk tier of k3::PrefixCache: one file per block, "<key as 16 hex>.k3pc", in one
 // directory, within a byte budget (the least recently used files go first).
 //
-// File: 8-byte magic "K3PCBLK1", u32 little-endian header length, the JSON header
-// {"format":"k3-prefix-block","version":1,"fingerprint","key","parent","index","block_tokens",
+// File: the container of model/state_file.h, magic "K3PCBLK2", the JSON header
+// {"format":"k3-prefix-block","version":2,"fingerprint","key","parent","index","block_tokens",
 //  "ids":[B ids],"mla_floats","kda_floats"}, the fp32 payload (MLA rows of every MLA layer in
-// layer order, then — when kda_floats > 0 — every KDA layer's S then conv), and a u32 CRC-32
-// (zlib) of everything before it. A file whose magic, header, sizes, CRC or fingerprint do not
-// match is a miss, reported once per file on stderr, never an error of the request.
+// layer order, then — when kda_floats > 0 — the KDA snapshot: SequenceState::snapshot's floats).
+// A file whose magic (e.g. a "K3PCBLK1" file of the older layout), header, sizes, CRC or
+// fingerprint do not match is a miss, reported once per file on stderr, never an error of the
+// request.
 #pragma once
 #include <cstdint>
 #include <filesystem>
