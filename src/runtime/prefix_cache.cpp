@@ -79,7 +79,7 @@ PrefixCache::PrefixCache(const Model& model, std::string fingerprint, PrefixCach
                                                                       block_mla_floats_));
   }
   if (!opt_.disk_dir.empty())
-    disk_ = std::make_unique<PrefixCacheDisk>(opt_.disk_dir, opt_.disk_bytes, fingerprint_, opt_.block_tokens);
+    disk_ = std::make_unique<PrefixCacheDisk>(opt_.disk_dir, opt_.disk_bytes, fingerprint_, opt_.block_tokens, opt_.log);
 }
 
 PrefixCache::~PrefixCache() {

@@ -37,8 +37,12 @@ bool parse_key(const std::string& stem, uint64_t* key) {
 }  // namespace
 
 PrefixCacheDisk::PrefixCacheDisk(std::filesystem::path dir, uint64_t budget_bytes, std::string fingerprint,
-                                 int64_t block_tokens)
-    : dir_(std::move(dir)), budget_(budget_bytes), fingerprint_(std::move(fingerprint)), block_tokens_(block_tokens) {
+                                 int64_t block_tokens, PrefixCacheLog log)
+    : dir_(std::move(dir)),
+      budget_(budget_bytes),
+      fingerprint_(std::move(fingerprint)),
+      block_tokens_(block_tokens),
+      log_(std::move(log)) {
   // The directory is trusted (a file there whose CRC matches is served), so it must be this
   // user's and not writable by everyone; one process at a time uses it.
   check_private_dir(dir_, "--cache-dir");
@@ -89,10 +93,16 @@ void PrefixCacheDisk::remove(uint64_t key) {
   std::filesystem::remove(path_of(key), ec);
 }
 
+void PrefixCacheDisk::report(const std::string& line) const {
+  if (log_)
+    log_(line);
+  else
+    std::fprintf(stderr, "%s\n", line.c_str());
+}
+
 void PrefixCacheDisk::reject(uint64_t key, const std::string& why) {
   ++rejected_;
-  std::fprintf(stderr, "k3: prefix cache: ignoring '%s': %s (a miss; the file is removed)\n",
-               path_of(key).string().c_str(), why.c_str());
+  report("k3: prefix cache: ignoring '" + path_of(key).string() + "': " + why + " (a miss; the file is removed)");
   remove(key);
 }
 
@@ -121,8 +131,9 @@ bool PrefixCacheDisk::write(const DiskBlock& b) {
     write_state_file(path_of(b.key), kPrefixBlockFile, hs, payload, "prefix cache", /*durable=*/false);
   } catch (const Error& e) {
     if (write_failures_++ == 0)
-      std::fprintf(stderr, "k3: prefix cache: %s; blocks that cannot be written are not kept on disk (reported once, "
-                           "counted in the disk write failures)\n", e.what());
+      report(std::string("k3: prefix cache: ") + e.what() +
+             "; blocks that cannot be written are not kept on disk (reported once, counted in the disk write "
+             "failures)");
     return false;
   }
   lru_.push_back(b.key);
