@@ -2,6 +2,7 @@
 #include "model/sequence_state_impl.h"
 
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -85,7 +86,15 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
   std::error_code ec0;
   if (std::filesystem::exists(file, ec0) && !std::filesystem::is_regular_file(file, ec0))
     throw Error("sequence state '" + fn + "': not a regular file");
-  const MappedFile mf(file);
+  // Mapped, not copied: the payload is read once, into the state. save() replaces a file by a
+  // rename, so a file being saved over is not the one mapped here.
+  std::unique_ptr<MappedFile> mapped;
+  try {
+    mapped = std::make_unique<MappedFile>(file);
+  } catch (const Error& e) {
+    throw Error(std::string("sequence state: ") + e.what());
+  }
+  const MappedFile& mf = *mapped;
   const StateFileView view = parse_state_file(mf.bytes(), kSequenceStateFile, fn, "sequence state");
   std::span<const uint8_t> rest = view.payload;
   const std::string_view hs = view.header;
