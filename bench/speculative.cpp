@@ -35,7 +35,6 @@
 #include "kernels/kda_decode.h"
 #include "kernels/threads.h"
 #include "model/k3_model.h"
-#include "model/sequence_rollback.h"
 #include "runtime/draft_model.h"
 #include "runtime/generator.h"
 #include "runtime/loaded_model.h"
@@ -78,9 +77,9 @@ void bench_verify(const std::string& dir, int64_t ctx, int64_t kmax, int runs) {
     t1.push_back(now_ms() - t0);
   }
   const double step = median(t1);
-  const int64_t rec = k3::kda_record_floats(base);
   int64_t n_kda = 0;
   for (const auto& L : m.config().plan) n_kda += L.attn == k3::AttnKind::KDA;
+  const int64_t rec = n_kda > 0 ? base.snapshot_floats() / n_kda : 0;
   // Replay alternative: the KDA decode step alone at this width, per layer.
   const int H = m.config().kda_num_heads, d = m.config().kda_head_dim;
   std::vector<float> q(H * d, 0.01f), k(H * d, 0.02f), v(H * d, 0.03f), g(H * d, -0.1f), beta(H, 0.5f),
@@ -101,7 +100,7 @@ void bench_verify(const std::string& dir, int64_t ctx, int64_t kmax, int runs) {
   for (int64_t kk = 1; kk <= kmax; ++kk) {
     const std::span<const int32_t> w(win.data(), static_cast<size_t>(kk + 1));
     std::vector<double> tv, tc, tr;
-    std::vector<float> steps;
+    k3::StateLog steps;
     for (int r = 0; r < runs; ++r) {
       k3::SequenceState s = base;
       k3::BatchEntry e{&s, w, k3::BatchLogits::All};
@@ -111,14 +110,14 @@ void bench_verify(const std::string& dir, int64_t ctx, int64_t kmax, int runs) {
       m.forward_batch(std::span<const k3::BatchEntry>(&e, 1));
       tv.push_back(now_ms() - t0);
       t0 = now_ms();
-      k3::rollback_to_step(s, steps, kk + 1, 1);
+      s.rollback_to(steps, steps.first());
       tr.push_back(now_ms() - t0);
       k3::SequenceState c = base;
       t0 = now_ms();
       m.forward(c, w, true);
       tc.push_back(now_ms() - t0);
     }
-    const double mib = static_cast<double>(steps.size()) * 4.0 / 1048576.0;
+    const double mib = static_cast<double>(steps.floats().size()) * 4.0 / 1048576.0;
     std::printf("| %lld | %.3f | %.2f | %.3f | %.1f | %.3f | %.1f, %.3f |\n", static_cast<long long>(kk), median(tv),
                 median(tv) / step, median(tc), mib, median(tr), n_kda * rec * 4.0 / 1048576.0, n_kda * kda_step);
   }

@@ -21,7 +21,7 @@
 #include "model/kda.h"
 #include "model/latent_moe.h"
 #include "model/mla.h"
-#include "model/sequence_state.h"
+#include "model/sequence_state_impl.h"
 #include "model/weights.h"
 
 namespace k3 {
@@ -71,7 +71,7 @@ struct Model::Impl {
     std::span<const int32_t> tokens;
     int64_t n_logits;
     bool per_token = false;                ///< BatchEntry::per_token
-    std::vector<float>* kda_steps = nullptr;  ///< BatchEntry::kda_steps
+    StateLog* kda_steps = nullptr;  ///< BatchEntry::kda_steps
   };
   /// The layer loop of spec §3.1 over validated inputs, all parts stacked into one block;
   /// advances every state in place. Returns the logits rows of each part ([n_logits, V]).
@@ -93,7 +93,7 @@ const ModelConfig& Model::config() const { return impl_->cfg; }
 
 SequenceState Model::new_sequence() const {
   SequenceState s;
-  *s.impl = SequenceState::Impl::fresh(impl_->cfg);
+  state_impl(s) = SequenceState::Impl::fresh(impl_->cfg);
   return s;
 }
 
@@ -133,11 +133,11 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry>
   auto where = [&](int64_t i) { return B > 1 ? "batch entry " + std::to_string(i) + ": " : std::string(); };
   for (int64_t i = 0; i < B; ++i) {
     const BatchEntry& e = batch[i];
-    if (!e.seq || !e.seq->impl) throw Error("forward: " + where(i) + "moved-from or missing sequence state");
+    if (!e.seq) throw Error("forward: " + where(i) + "missing sequence state");
     if (e.tokens.empty()) throw Error("forward: " + where(i) + "empty token list");
-    e.seq->impl->check_matches(cfg, "forward");
+    state_impl(*e.seq).check_matches(cfg, "forward");
     for (int64_t j = 0; j < i; ++j)
-      if (batch[j].seq->impl == e.seq->impl)
+      if (&state_impl(*batch[j].seq) == &state_impl(*e.seq))
         throw Error("forward: batch entries " + std::to_string(j) + " and " + std::to_string(i) +
                     " are the same sequence state");
     for (size_t t = 0; t < e.tokens.size(); ++t)
@@ -152,7 +152,7 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry>
       throw Error("forward: " + where(i) + "kda_steps needs a per-token (decode-form) entry");
   }
   for (const BatchEntry& e : batch)
-    if (e.kda_steps) e.kda_steps->clear();
+    if (e.kda_steps) e.kda_steps->begin(e.seq->n_past() + 1, static_cast<int64_t>(e.tokens.size()));
   // Inputs are validated above; the states are then advanced in place. An exception after this
   // point (corrupt weights) marks every state of the batch failed, so later calls refuse them.
   std::vector<std::vector<float>> logits(static_cast<size_t>(B));
@@ -175,7 +175,7 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry>
         const int64_t n_logits = e.logits == BatchLogits::All                 ? static_cast<int64_t>(n)
                                  : (e.logits == BatchLogits::Last && last) ? 1
                                                                             : 0;
-        parts.push_back({e.seq->impl.get(), e.tokens.subspan(b, n), n_logits, e.per_token, e.kda_steps});
+        parts.push_back({&state_impl(*e.seq), e.tokens.subspan(b, n), n_logits, e.per_token, e.kda_steps});
         owner.push_back(i);
       }
       std::vector<std::vector<float>> l = m.run(parts, dump);
@@ -189,7 +189,7 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry>
     }
     return logits;
   } catch (...) {
-    for (const BatchEntry& e : batch) e.seq->impl->failed = true;
+    for (const BatchEntry& e : batch) e.seq->mark_failed();
     throw;
   }
 }

@@ -1,6 +1,5 @@
-// k3::Model — the K3 forward pass (spec k3-architecture.md §3) over a mapped Checkpoint, and
-// k3::SequenceState — everything one sequence carries between calls (KDA recurrent + conv state
-// per KDA layer, MLA latent cache per MLA layer). Owned by the forward-pass work; this header
+// k3::Model — the K3 forward pass (spec k3-architecture.md §3) over a mapped Checkpoint; the
+// per-sequence state it advances is k3::SequenceState (model/sequence_state.h). This header
 // fixes the public API the runtime and CLI are written against.
 #pragma once
 #include <cstdint>
@@ -15,47 +14,11 @@
 #include "io/expert_store.h"
 #include "kernels/ops.h"
 #include "kernels/q8q4_trunk.h"
+#include "model/sequence_state.h"
 
 namespace k3 {
 
 class DumpSink;  // named-intermediate recorder (model/dump.h)
-
-/// What a sequence-state file carries besides the state (format version 2).
-struct SequenceFileMeta {
-  std::string fingerprint;    ///< model_fingerprint() of the model that computed the state
-  std::vector<int32_t> ids;   ///< the ids the state holds ([n_past]), or empty when not recorded
-  std::string extra_json;     ///< caller's JSON object text (e.g. a chat's messages), or empty
-};
-
-/// Per-sequence state. Copyable (copy = fork the sequence at its current position).
-/// save()/load() write/read a self-describing binary file; load() checks it matches the model.
-class SequenceState {
- public:
-  int64_t n_past() const;                 ///< tokens consumed so far
-  uint64_t bytes() const;                 ///< bytes held (KDA state + conv + MLA cache)
-  /// Writes the state (file "K3SEQST1", version 2: JSON header with `meta`, fp32 payload,
-  /// CRC-32) atomically: a fresh temporary file in file's directory renamed onto `file` (a
-  /// symlink there is replaced, not followed; core/atomic_file.h). Errors: k3::Error naming the
-  /// file (cannot write, ids.size() != n_past).
-  void save(const std::filesystem::path& file, const SequenceFileMeta& meta = {}) const;
-  /// Reads a state written by save(). With `expect_fingerprint` non-empty, a state of another
-  /// model (or numeric path) is refused. Errors (k3::Error naming the file, what was expected and
-  /// found): missing, bad magic, older version, malformed header (model/state_header.h; a header
-  /// nested deeper than kMaxJsonDepth names the key, e.g. "extra"; so save() refuses
-  /// meta.extra_json nested deeper than kMaxJsonDepth - 1), layout of another model,
-  /// fingerprint mismatch, truncated, CRC mismatch.
-  static SequenceState load(const std::filesystem::path& file, const struct ModelConfig& cfg,
-                            SequenceFileMeta* meta = nullptr, const std::string& expect_fingerprint = {});
-  // implementation-defined members live in model/sequence_state.h
-  struct Impl;
-  std::shared_ptr<Impl> impl;             ///< deep-copied on copy (see copy ctor)
-  SequenceState();
-  SequenceState(const SequenceState&);
-  SequenceState& operator=(const SequenceState&);
-  SequenceState(SequenceState&&) noexcept;
-  SequenceState& operator=(SequenceState&&) noexcept;
-  ~SequenceState();
-};
 
 /// Which code computes the sublayers (both compute spec §3; Reference is the test oracle).
 enum class ModelKernels {
@@ -109,10 +72,10 @@ struct BatchEntry {
   /// feeding them one at a time; what speculative verification uses. Needs tokens.size() <=
   /// prefill_chunk (k3::Error otherwise).
   bool per_token = false;
-  /// With per_token: cleared, then filled with the KDA state after each token, per KDA layer
-  /// in layer order ([n_kda_layers, tokens.size(), S.size() + conv.size()] fp32, see
-  /// SeqRows::kda_steps). Rollback snapshots for speculative decoding (runtime/speculative.h).
-  std::vector<float>* kda_steps = nullptr;
+  /// With per_token: refilled with the KDA state after each token (a StateLog of
+  /// tokens.size() points, the first at n_past + 1), the rollback points of speculative
+  /// decoding (SequenceState::rollback_to, runtime/speculative.h).
+  StateLog* kda_steps = nullptr;
 };
 
 class Model {

@@ -186,16 +186,16 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x,
       std::copy_n(&ext[ext_off[s] + (i * (W + Ts) + Ts) * C], W * C, st.conv.data() + i * W * C);
     if (Ts == 1 || segs[s].per_token) {
       // Decode form: one decode step per token (bit-identical to Ts one-token calls).
-      std::vector<float>* log = segs[s].kda_steps;
+      StateLog* log = segs[s].kda_steps;
       for (int64_t t = 0; t < Ts; ++t) {
         const size_t a = static_cast<size_t>((r0 + t) * C);
         kda_decode_step(Hi, di, di, &q[a], &k[a], &v[a], &g[a], &beta[(r0 + t) * H], st.S.data(),
                         &o[a]);
         if (!log) continue;
-        log->insert(log->end(), st.S.begin(), st.S.end());
+        log->append(st.S);
         for (int64_t i = 0; i < 3; ++i) {  // the window after token t: ext rows [t + 1, t + 1 + W)
           const float* e = &ext[ext_off[s] + (i * (W + Ts) + t + 1) * C];
-          log->insert(log->end(), e, e + W * C);
+          log->append(std::span<const float>(e, static_cast<size_t>(W * C)));
         }
       }
       return;
@@ -296,9 +296,9 @@ void kda_forward_batch(const KdaWeights& w, const KdaDims& dm, const float* x,
         ref::rmsnorm(o.data() + h * d, d, w.o_norm.data(), dm.rms_eps, yh);
         for (int64_t i = 0; i < d; ++i) yh[i] *= ref::sigmoid(gl[t * C + h * d + i]);
       }
-      if (std::vector<float>* log = segs[s].kda_steps) {  // the state after token t
-        log->insert(log->end(), st.S.begin(), st.S.end());
-        log->insert(log->end(), st.conv.begin(), st.conv.end());
+      if (StateLog* log = segs[s].kda_steps) {  // the state after token t
+        log->append(st.S);
+        log->append(st.conv);
       }
     }
   }

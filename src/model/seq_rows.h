@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "model/sequence_state.h"
+
 namespace k3 {
 
 /// The rows [row0, row0 + T) of a batched block that belong to one sequence, in its order.
@@ -19,8 +21,8 @@ struct SeqRows {
   bool per_token = false;
   /// When set (decode form only), every KDA layer appends, in layer order and for each of its T
   /// tokens, the state after that token: S [H, d, d] then the conv window [3, K−1, C], fp32
-  /// (one record = KdaState::S.size() + conv.size() floats). Speculative rollback snapshots.
-  std::vector<float>* kda_steps = nullptr;
+  /// (one record = KdaState::S.size() + conv.size() floats; model/sequence_state.h StateLog).
+  StateLog* kda_steps = nullptr;
 };
 
 /// Total rows of a batch (the sum of T); the segments must tile [0, total) in order.

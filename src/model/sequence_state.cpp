@@ -1,30 +1,14 @@
-#include "model/sequence_state.h"
+// SequenceState: layout, copy, capacity, rollback and MLA rows by range (model/sequence_state.h).
+#include "model/sequence_state_impl.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 
-#include <zlib.h>
-
-#include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/json_depth.h"
-#include "model/state_header.h"
 
 namespace k3 {
-
-namespace {
-
-constexpr char kMagic[8] = {'K', '3', 'S', 'E', 'Q', 'S', 'T', '1'};
-constexpr int kVersion = kSequenceStateVersion;
-
-using Shape = std::vector<int64_t>;
-
-Shape kda_s_shape(const KdaDims& d) { return {d.H, d.d, d.d}; }
-Shape kda_conv_shape(const KdaDims& d) { return {3, d.K - 1, d.C()}; }
-
-}  // namespace
 
 SequenceState::Impl SequenceState::Impl::fresh(const ModelConfig& cfg) {
   Impl s;
@@ -72,200 +56,174 @@ void SequenceState::Impl::check_matches(const ModelConfig& cfg, const std::strin
   }
 }
 
-SequenceState::SequenceState() : impl(std::make_shared<Impl>()) {}
-SequenceState::SequenceState(const SequenceState& o) : impl(std::make_shared<Impl>(*o.impl)) {}
+SequenceState::Impl& state_impl(SequenceState& s) {
+  if (!s.impl_) throw Error("sequence state: use of a moved-from state");
+  return *s.impl_;
+}
+const SequenceState::Impl& state_impl(const SequenceState& s) {
+  if (!s.impl_) throw Error("sequence state: use of a moved-from state");
+  return *s.impl_;
+}
+
+SequenceState::SequenceState() : impl_(std::make_shared<Impl>()) {}
+SequenceState::SequenceState(const SequenceState& o) : impl_(std::make_shared<Impl>(state_impl(o))) {}
 SequenceState& SequenceState::operator=(const SequenceState& o) {
-  if (this != &o) impl = std::make_shared<Impl>(*o.impl);
+  if (this != &o) impl_ = std::make_shared<Impl>(state_impl(o));
   return *this;
 }
 SequenceState::SequenceState(SequenceState&& o) noexcept = default;
 SequenceState& SequenceState::operator=(SequenceState&& o) noexcept = default;
 SequenceState::~SequenceState() = default;
 
-int64_t SequenceState::n_past() const { return impl ? impl->n_past : 0; }
+int64_t SequenceState::n_past() const { return impl_ ? impl_->n_past : 0; }
 
 uint64_t SequenceState::bytes() const {
   uint64_t b = 0;
-  if (!impl) return 0;
-  for (const LayerState& L : impl->layers) b += L.kind == AttnKind::KDA ? L.kda.bytes() : L.mla.bytes();
+  if (!impl_) return 0;
+  for (const LayerState& L : impl_->layers) b += L.kind == AttnKind::KDA ? L.kda.bytes() : L.mla.bytes();
   return b;
 }
 
-// File: 8-byte magic "K3SEQST1", u64 little-endian header length, JSON header
-// {"format","version","n_past","model_fingerprint","ids","extra","layers":[{il, kind, dims...,
-// "floats": n}]}, then the fp32 payload of each layer in order (KDA: S then conv; MLA: cache
-// rows), then a u32 CRC-32 (zlib) of every byte before it.
-void SequenceState::save(const std::filesystem::path& file, const SequenceFileMeta& meta) const {
-  if (!impl) throw Error("sequence state: save of a moved-from state");
-  if (impl->failed) throw Error("sequence state: save of a state left inconsistent by a failed forward pass");
-  if (!meta.ids.empty() && static_cast<int64_t>(meta.ids.size()) != impl->n_past)
-    throw Error("sequence state '" + file.string() + "': " + std::to_string(meta.ids.size()) +
-                " ids recorded for a state of " + std::to_string(impl->n_past) + " tokens");
-  nlohmann::ordered_json h;
-  h["format"] = "k3-sequence-state";
-  h["version"] = kVersion;
-  h["n_past"] = impl->n_past;
-  h["model_fingerprint"] = meta.fingerprint;
-  h["ids"] = meta.ids;
-  if (!meta.extra_json.empty()) {
-    // One level below the header's bound: the header holds it under "extra".
-    check_json_depth(meta.extra_json, "sequence state '" + file.string() + "': extra metadata", kMaxJsonDepth - 1);
-    try {
-      h["extra"] = nlohmann::ordered_json::parse(meta.extra_json);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error("sequence state: extra metadata is not JSON: " + std::string(e.what()));
-    }
-  }
-  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
-  for (size_t il = 0; il < impl->layers.size(); ++il) {
-    const LayerState& L = impl->layers[il];
-    if (L.kind == AttnKind::KDA)
-      layers.push_back({{"il", il}, {"kind", "kda"},
-                        {"S_shape", kda_s_shape(L.kda_dims)}, {"S_layout", "[H, d_k, d_v] fp32 key-major"},
-                        {"conv_shape", kda_conv_shape(L.kda_dims)},
-                        {"conv_layout", "[q|k|v, K-1 (oldest first), C] fp32 raw projections"},
-                        {"S_floats", L.kda.S.size()}, {"conv_floats", L.kda.conv.size()}});
-    else
-      layers.push_back({{"il", il}, {"kind", "mla"},
-                        {"cache_shape", Shape{impl->n_past, L.mla_dims.row()}},
-                        {"cache_layout", "[n_tokens, kv_lora_rank (normalized latent) + rope_dim (raw k_r)] fp32"},
-                        {"cache_floats", L.mla.rows.size()}});
-  }
-  h["layers"] = layers;
-  const std::string hs = h.dump();
-  // A fresh temporary file beside `file`, renamed onto it once complete (core/atomic_file.h).
-  AtomicFile f(file.parent_path(), file.filename().string(), "sequence state");
-  const uint64_t n = hs.size();
-  uLong crc = crc32(0, nullptr, 0);
-  auto write = [&](const void* p, size_t bytes) {
-    if (bytes == 0) return;
-    f.write(p, bytes);
-    for (size_t off = 0; off < bytes; off += 1u << 30)
-      crc = crc32(crc, static_cast<const Bytef*>(p) + off, static_cast<uInt>(std::min<size_t>(bytes - off, 1u << 30)));
-  };
-  write(kMagic, 8);
-  write(&n, 8);
-  write(hs.data(), n);
-  auto put = [&](const std::vector<float>& v) { write(v.data(), v.size() * 4); };
-  for (const LayerState& L : impl->layers) {
-    if (L.kind == AttnKind::KDA) {
-      put(L.kda.S);
-      put(L.kda.conv);
-    } else {
-      put(L.mla.rows);
-    }
-  }
-  const uint32_t c32 = static_cast<uint32_t>(crc);
-  f.write(&c32, 4);
-  f.commit();
+void SequenceState::reserve(int64_t n_tokens) {
+  if (n_tokens < 0) throw Error("sequence state: reserve of " + std::to_string(n_tokens) + " tokens (expected >= 0)");
+  for (LayerState& L : state_impl(*this).layers)
+    if (L.kind == AttnKind::MLA) L.mla.rows.reserve(static_cast<size_t>(n_tokens * L.mla_dims.row()));
 }
 
-SequenceState SequenceState::load(const std::filesystem::path& file, const ModelConfig& cfg, SequenceFileMeta* meta,
-                                  const std::string& expect_fingerprint) {
-  const std::string fn = file.string();
-  std::error_code ec0;
-  if (std::filesystem::exists(file, ec0) && !std::filesystem::is_regular_file(file, ec0))
-    throw Error("sequence state '" + fn + "': not a regular file");
-  std::ifstream f(file, std::ios::binary);
-  if (!f) throw Error("sequence state: cannot open '" + fn + "'");
-  uLong crc = crc32(0, nullptr, 0);
-  auto read = [&](void* p, size_t bytes) -> bool {
-    if (bytes == 0) return true;
-    if (!f.read(static_cast<char*>(p), static_cast<std::streamsize>(bytes))) return false;
-    for (size_t off = 0; off < bytes; off += 1u << 30)
-      crc = crc32(crc, static_cast<const Bytef*>(p) + off, static_cast<uInt>(std::min<size_t>(bytes - off, 1u << 30)));
-    return true;
-  };
-  char magic[8];
-  uint64_t n = 0;
-  if (!read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0)
-    throw Error("sequence state '" + fn + "': bad magic, expected \"K3SEQST1\" (not a k3 sequence-state file)");
-  std::error_code szec;
-  const uint64_t fsize = std::filesystem::file_size(file, szec);
-  if (!read(&n, 8) || n > (256u << 20) || szec || n + 20 > fsize)
-    throw Error("sequence state '" + fn + "': bad header length (truncated or not a state file)");
-  std::string hs(n, '\0');
-  if (!read(hs.data(), n))
-    throw Error("sequence state '" + fn + "': truncated header");
-  const SequenceStateHeader h = parse_sequence_state_header(hs, fn);
-  std::error_code ec;
-  const uint64_t file_bytes = std::filesystem::file_size(file, ec);
-  if (ec) throw Error("sequence state '" + fn + "': cannot stat: " + ec.message());
-  SequenceState s;
-  *s.impl = Impl::fresh(cfg);
-  try {
-    const std::string& fp = h.fingerprint;
-    if (!expect_fingerprint.empty() && fp != expect_fingerprint)
-      throw Error("sequence state '" + fn + "': saved by another model or numeric path (fingerprint " + fp +
-                  "), this model is " + expect_fingerprint);
-    if (meta != nullptr) {
-      meta->fingerprint = fp;
-      meta->ids = h.ids;
-      meta->extra_json = h.extra_json;
+void SequenceState::release_unused() {
+  for (LayerState& L : state_impl(*this).layers)
+    if (L.kind == AttnKind::MLA) L.mla.rows.shrink_to_fit();
+}
+
+void SequenceState::mark_failed() { state_impl(*this).failed = true; }
+bool SequenceState::failed() const { return impl_ && impl_->failed; }
+
+int64_t SequenceState::snapshot_floats() const {
+  int64_t n = 0;
+  for (const LayerState& L : state_impl(*this).layers)
+    if (L.kind == AttnKind::KDA) n += static_cast<int64_t>(L.kda.S.size() + L.kda.conv.size());
+  return n;
+}
+
+// The one packing of the KDA state: per KDA layer in layer order, S then the conv window.
+StateLog SequenceState::snapshot() const {
+  const Impl& s = state_impl(*this);
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(snapshot_floats()));
+  for (const LayerState& L : s.layers)
+    if (L.kind == AttnKind::KDA) {
+      out.insert(out.end(), L.kda.S.begin(), L.kda.S.end());
+      out.insert(out.end(), L.kda.conv.begin(), L.kda.conv.end());
     }
-    const int64_t n_past = h.n_past;
-    const auto& layers = h.layers;
-    if (n_past < 0 || layers.size() != cfg.plan.size())
-      throw Error("sequence state '" + fn + "': records " + std::to_string(layers.size()) +
-                  " layers, model has " + std::to_string(cfg.plan.size()));
-    s.impl->n_past = n_past;
-    const MlaDims md = MlaDims::from(cfg);
-    auto get = [&](std::vector<float>& v, uint64_t floats, size_t il) {
-      if (floats != v.size())
-        throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " holds " +
-                    std::to_string(floats) + " floats, model expects " + std::to_string(v.size()));
-      if (!read(v.data(), v.size() * 4))
-        throw Error("sequence state '" + fn + "': truncated payload at layer " + std::to_string(il));
-    };
-    for (size_t il = 0; il < layers.size(); ++il) {
-      const auto& L = layers[il];
-      LayerState& st = s.impl->layers[il];
-      const std::string kind = L.at("kind").get<std::string>();
-      const std::string want = st.kind == AttnKind::KDA ? "kda" : "mla";
-      if (kind != want)
-        throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " is " + kind +
-                    ", model layer is " + want);
-      auto check_shape = [&](const char* key, const Shape& want_shape) {
-        const Shape found = L.at(key).get<Shape>();
-        if (found != want_shape) {
-          auto str = [](const Shape& v) {
-            std::string r = "[";
-            for (size_t i = 0; i < v.size(); ++i) r += (i ? ", " : "") + std::to_string(v[i]);
-            return r + "]";
-          };
-          throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " " + key +
-                      " is " + str(found) + ", model expects " + str(want_shape));
-        }
-      };
-      if (st.kind == AttnKind::KDA) {
-        check_shape("S_shape", kda_s_shape(st.kda_dims));
-        check_shape("conv_shape", kda_conv_shape(st.kda_dims));
-        get(st.kda.S, L.at("S_floats").get<uint64_t>(), il);
-        get(st.kda.conv, L.at("conv_floats").get<uint64_t>(), il);
-      } else {
-        check_shape("cache_shape", Shape{n_past, md.row()});
-        if (static_cast<uint64_t>(n_past) > file_bytes / 4 / static_cast<uint64_t>(md.row()))
-          throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " claims " +
-                      std::to_string(n_past) + " cached tokens, more than the file holds");
-        st.mla.rows.resize(static_cast<size_t>(n_past * md.row()));
-        get(st.mla.rows, L.at("cache_floats").get<uint64_t>(), il);
-      }
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("sequence state '" + fn + "': malformed header: " + e.what());
+  return StateLog(s.n_past, 1, std::move(out));
+}
+
+void SequenceState::rollback_to(const StateLog& log, int64_t n_past) {
+  Impl& s = state_impl(*this);
+  if (log.empty() || n_past < log.first() || n_past > log.first() + log.points() - 1)
+    throw Error("rollback: position " + std::to_string(n_past) + " is not in the state log (" +
+                (log.empty() ? std::string("empty") : "positions " + std::to_string(log.first()) + ".." +
+                                                          std::to_string(log.first() + log.points() - 1)) +
+                ")");
+  if (n_past > s.n_past)
+    throw Error("rollback: position " + std::to_string(n_past) + " is past the state's " + std::to_string(s.n_past) +
+                " tokens");
+  const int64_t R = snapshot_floats();
+  if (static_cast<int64_t>(log.floats().size()) != log.points() * R)
+    throw Error("rollback: state log holds " + std::to_string(log.floats().size()) + " floats, expected " +
+                std::to_string(log.points()) + " positions x " + std::to_string(R));
+  // Layer l's records are [points, record]: the record of point p starts at l·points·rec + p·rec.
+  const int64_t p = n_past - log.first();
+  const float* base = log.floats().data();
+  int64_t off = 0;  // floats of the KDA layers before this one, per point
+  for (LayerState& L : s.layers) {
+    if (L.kind != AttnKind::KDA) continue;
+    const int64_t rec = static_cast<int64_t>(L.kda.S.size() + L.kda.conv.size());
+    const float* r = base + off * log.points() + p * rec;
+    std::copy_n(r, L.kda.S.size(), L.kda.S.begin());
+    std::copy_n(r + L.kda.S.size(), L.kda.conv.size(), L.kda.conv.begin());
+    off += rec;
   }
-  uint32_t stored = 0;
-  if (!f.read(reinterpret_cast<char*>(&stored), 4))
-    throw Error("sequence state '" + fn + "': truncated (the CRC-32 at the end is missing)");
-  if (stored != static_cast<uint32_t>(crc))
-    throw Error("sequence state '" + fn + "': CRC-32 mismatch: the file is corrupt");
-  if (f.peek() != std::char_traits<char>::eof())
-    throw Error("sequence state '" + fn + "': trailing bytes after the CRC-32");
-  if (meta != nullptr && !meta->ids.empty() && static_cast<int64_t>(meta->ids.size()) != s.impl->n_past)
-    throw Error("sequence state '" + fn + "': records " + std::to_string(meta->ids.size()) + " ids for " +
-                std::to_string(s.impl->n_past) + " tokens");
-  s.impl->check_matches(cfg, "sequence state '" + fn + "'");
-  return s;
+  for (LayerState& L : s.layers)
+    if (L.kind == AttnKind::MLA) L.mla.rows.resize(static_cast<size_t>(n_past * L.mla_dims.row()));
+  s.n_past = n_past;
+}
+
+int64_t SequenceState::mla_token_floats() const {
+  int64_t n = 0;
+  for (const LayerState& L : state_impl(*this).layers)
+    if (L.kind == AttnKind::MLA) n += L.mla_dims.row();
+  return n;
+}
+
+void SequenceState::copy_mla_rows(int64_t begin, int64_t end, std::vector<float>& out) const {
+  const Impl& s = state_impl(*this);
+  if (begin < 0 || begin > end || end > s.n_past)
+    throw Error("sequence state: MLA rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                ") outside the state's " + std::to_string(s.n_past) + " tokens");
+  for (const LayerState& L : s.layers) {
+    if (L.kind != AttnKind::MLA) continue;
+    const size_t row = static_cast<size_t>(L.mla_dims.row());
+    const float* src = L.mla.rows.data() + static_cast<size_t>(begin) * row;
+    out.insert(out.end(), src, src + static_cast<size_t>(end - begin) * row);
+  }
+}
+
+void SequenceState::append_mla_rows(std::span<const float> rows, int64_t n_tokens) {
+  Impl& s = state_impl(*this);
+  if (n_tokens < 0 || static_cast<int64_t>(rows.size()) != n_tokens * mla_token_floats())
+    throw Error("sequence state: " + std::to_string(rows.size()) + " floats of MLA rows for " +
+                std::to_string(n_tokens) + " tokens, expected " + std::to_string(n_tokens) + " x " +
+                std::to_string(mla_token_floats()));
+  size_t off = 0;
+  for (LayerState& L : s.layers) {
+    if (L.kind != AttnKind::MLA) continue;
+    const size_t n = static_cast<size_t>(n_tokens * L.mla_dims.row());
+    L.mla.rows.insert(L.mla.rows.end(), rows.data() + off, rows.data() + off + n);
+    off += n;
+  }
+  s.n_past += n_tokens;
+}
+
+namespace {
+
+std::string first_float_difference(const std::vector<float>& x, const std::vector<float>& y) {
+  if (x.size() != y.size()) return std::to_string(x.size()) + " vs " + std::to_string(y.size()) + " floats";
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint32_t a = 0, b = 0;
+    std::memcpy(&a, &x[i], 4);
+    std::memcpy(&b, &y[i], 4);
+    if (a != b) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "element %zu: %.9g (0x%08x) vs %.9g (0x%08x)", i, static_cast<double>(x[i]), a,
+                    static_cast<double>(y[i]), b);
+      return buf;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string state_difference(const SequenceState& a, const SequenceState& b) {
+  const SequenceState::Impl &x = state_impl(a), &y = state_impl(b);
+  if (x.n_past != y.n_past) return "n_past " + std::to_string(x.n_past) + " vs " + std::to_string(y.n_past);
+  if (x.failed != y.failed) return std::string("failed ") + (x.failed ? "yes" : "no") + " vs " + (y.failed ? "yes" : "no");
+  if (x.layers.size() != y.layers.size())
+    return std::to_string(x.layers.size()) + " vs " + std::to_string(y.layers.size()) + " layers";
+  for (size_t il = 0; il < x.layers.size(); ++il) {
+    const LayerState &p = x.layers[il], &q = y.layers[il];
+    const std::string at = "layer " + std::to_string(il);
+    if (p.kind != q.kind) return at + " kind differs";
+    std::string d;
+    if (p.kind == AttnKind::KDA) {
+      if (!(d = first_float_difference(p.kda.S, q.kda.S)).empty()) return at + " KDA S: " + d;
+      if (!(d = first_float_difference(p.kda.conv, q.kda.conv)).empty()) return at + " KDA conv: " + d;
+    } else if (!(d = first_float_difference(p.mla.rows, q.mla.rows)).empty()) {
+      return at + " MLA rows: " + d;
+    }
+  }
+  return "";
 }
 
 }  // namespace k3

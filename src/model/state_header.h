@@ -1,4 +1,4 @@
-// The JSON header of a sequence-state file (SequenceState::save / load, model/k3_model.h), read
+// The JSON header of a sequence-state file (SequenceState::save / load, model/sequence_state.h), read
 // and checked for form without a model: load() then checks the layers against the model.
 #pragma once
 #include <nlohmann/json.hpp>

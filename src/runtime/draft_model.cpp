@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "io/config.h"
 #include "io/model_summary.h"
-#include "model/sequence_rollback.h"
 
 namespace k3 {
 
@@ -44,7 +43,7 @@ Draft DraftModelDrafter::propose(std::span<const int32_t> ctx, int64_t n_max) {
     // Roll back to `common` ids: possible from the last call's snapshots, else start over.
     const int64_t j = common - base_;
     if (j >= 0 && j < static_cast<int64_t>(snaps_.size())) {
-      restore_kda(seq_, snaps_[j], common);
+      seq_.rollback_to(snaps_[j], common);
       fed_.resize(static_cast<size_t>(common));
     } else {
       reset();
@@ -65,7 +64,7 @@ Draft DraftModelDrafter::propose(std::span<const int32_t> ctx, int64_t n_max) {
   fed_.assign(ctx.begin(), ctx.end());
   base_ = L;
   snaps_.clear();
-  snaps_.push_back(capture_kda(seq_));
+  snaps_.push_back(seq_.snapshot());
   const bool greedy = sampler_.params().temp <= 0.0f;
   for (int64_t i = 0; i < n_max; ++i) {
     const std::span<const float> row(logits.data(), static_cast<size_t>(n_vocab_));
@@ -92,14 +91,14 @@ Draft DraftModelDrafter::propose(std::span<const int32_t> ctx, int64_t n_max) {
     const int32_t one[1] = {id};
     logits = draft_.forward(seq_, one, false);
     fed_.push_back(id);
-    snaps_.push_back(capture_kda(seq_));
+    snaps_.push_back(seq_.snapshot());
   }
   return d;
 }
 
 uint64_t DraftModelDrafter::bytes() const {
   uint64_t b = seq_.bytes();
-  for (const auto& s : snaps_) b += s.capacity() * sizeof(float);
+  for (const auto& s : snaps_) b += s.bytes();
   return b;
 }
 

@@ -35,8 +35,8 @@ class DraftModelDrafter : public Drafter {
   int64_t n_vocab_;
   SequenceState seq_;
   std::vector<int32_t> fed_;  ///< ids the draft state holds
-  /// snaps_[j]: the KDA state (capture_kda) after base_ + j ids, j = 0 .. drafts fed − 1
-  std::vector<std::vector<float>> snaps_;
+  /// snaps_[j]: the KDA state (SequenceState::snapshot) after base_ + j ids, j = 0 .. drafts fed − 1
+  std::vector<StateLog> snaps_;
   int64_t base_ = 0;  ///< fed_.size() when snaps_[0] was taken
 };
 

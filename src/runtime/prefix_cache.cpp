@@ -7,7 +7,6 @@
 #include <unordered_set>
 
 #include "core/error.h"
-#include "model/sequence_state.h"
 #include "runtime/model_fingerprint.h"
 #include "runtime/prefix_cache_disk.h"
 
@@ -18,12 +17,12 @@ struct PrefixCache::Block {
   int64_t index = 0;
   std::vector<int32_t> ids;  ///< [B]
   std::vector<float> mla;    ///< [n_mla_layers, B, row]
-  std::vector<float> kda;    ///< empty, or every KDA layer's S then conv, in layer order
+  StateLog kda;             ///< empty, or the KDA state at the block's end (SequenceState::snapshot)
   int64_t refs = 0;          ///< pins (sequences using it) + the walk in progress
   int64_t children = 0;      ///< cached blocks whose parent this is
   uint64_t tick = 0;         ///< last use (LRU)
   bool on_disk = false;      ///< the disk tier holds exactly this content
-  uint64_t bytes() const { return (mla.size() + kda.size()) * 4 + ids.size() * 4 + sizeof(Block); }
+  uint64_t bytes() const { return (mla.size() + kda.floats().size()) * 4 + ids.size() * 4 + sizeof(Block); }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -66,15 +65,9 @@ PrefixCache::PrefixCache(const Model& model, std::string fingerprint, PrefixCach
   if (opt_.snapshot_every < 0)
     throw Error("--cache-snapshot-every: expected >= 0 blocks (0 = auto), found " + std::to_string(opt_.snapshot_every));
   fp_hash_ = fnv1a64(fingerprint_.data(), fingerprint_.size());
-  const ModelConfig& cfg = model_.config();
   const SequenceState fresh = model_.new_sequence();
-  for (const LayerState& L : fresh.impl->layers) {
-    if (L.kind == AttnKind::MLA)
-      block_mla_floats_ += static_cast<uint64_t>(opt_.block_tokens * L.mla_dims.row());
-    else
-      snapshot_floats_ += L.kda.S.size() + L.kda.conv.size();
-  }
-  (void)cfg;
+  block_mla_floats_ = static_cast<uint64_t>(opt_.block_tokens * fresh.mla_token_floats());
+  snapshot_floats_ = static_cast<uint64_t>(fresh.snapshot_floats());
   if (opt_.snapshot_every > 0) {
     snapshot_every_ = opt_.snapshot_every;
   } else {
@@ -86,7 +79,7 @@ PrefixCache::PrefixCache(const Model& model, std::string fingerprint, PrefixCach
                                                                       block_mla_floats_));
   }
   if (!opt_.disk_dir.empty())
-    disk_ = std::make_unique<PrefixCacheDisk>(opt_.disk_dir, opt_.disk_bytes, fingerprint_, opt_.block_tokens);
+    disk_ = std::make_unique<PrefixCacheDisk>(opt_.disk_dir, opt_.disk_bytes, fingerprint_, opt_.block_tokens, opt_.log);
 }
 
 PrefixCache::~PrefixCache() {
@@ -139,7 +132,7 @@ void PrefixCache::write_to_disk_locked(const Block& b) {
   d.index = b.index;
   d.ids = b.ids;
   d.mla = b.mla;
-  d.kda = b.kda;
+  d.kda.assign(b.kda.floats().begin(), b.kda.floats().end());
   if (disk_->write(d)) ++stats_.disk_writes;
 }
 
@@ -189,7 +182,7 @@ PrefixCache::Block* PrefixCache::find_locked(uint64_t key, uint64_t parent, std:
   b->index = d->index;
   b->ids = std::move(d->ids);
   b->mla = std::move(d->mla);
-  b->kda = std::move(d->kda);
+  if (!d->kda.empty()) b->kda = StateLog((b->index + 1) * opt_.block_tokens, 1, std::move(d->kda));
   b->on_disk = true;
   if (block_key(b->parent, b->ids) != key) {  // a valid CRC over a header that names other ids
     disk_->discard(key, "its ids and parent do not hash to its key");
@@ -220,7 +213,7 @@ std::vector<int64_t> PrefixCache::snapshot_points(int64_t n_prompt) const {
 }
 
 int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* state, Pin* pin, uint64_t partition) {
-  if (state == nullptr || !state->impl || state->impl->n_past != 0)
+  if (state == nullptr || state->n_past() != 0)
     throw Error("prefix cache: lookup needs a fresh sequence state");
   const int64_t B = opt_.block_tokens;
   const int64_t n = static_cast<int64_t>(prompt.size());
@@ -258,27 +251,9 @@ int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* stat
   }
   if (j < 0) return 0;
   const int64_t L = (j + 1) * B;
-  SequenceState::Impl& im = *state->impl;
-  size_t mla_i = 0;
-  uint64_t kda_off = 0;
-  const Block& snap = *chain[static_cast<size_t>(j)];
-  for (LayerState& ls : im.layers) {
-    if (ls.kind == AttnKind::MLA) {
-      const size_t per = static_cast<size_t>(B * ls.mla_dims.row());
-      ls.mla.rows.clear();
-      for (int64_t b = 0; b <= j; ++b) {
-        const float* src = chain[static_cast<size_t>(b)]->mla.data() + mla_i * per;
-        ls.mla.rows.insert(ls.mla.rows.end(), src, src + per);
-      }
-      ++mla_i;
-    } else {
-      std::memcpy(ls.kda.S.data(), snap.kda.data() + kda_off, ls.kda.S.size() * 4);
-      kda_off += ls.kda.S.size();
-      std::memcpy(ls.kda.conv.data(), snap.kda.data() + kda_off, ls.kda.conv.size() * 4);
-      kda_off += ls.kda.conv.size();
-    }
-  }
-  im.n_past = L;
+  // The MLA rows of blocks 0..j, then the KDA state of block j's end.
+  for (int64_t b = 0; b <= j; ++b) state->append_mla_rows(chain[static_cast<size_t>(b)]->mla, B);
+  state->rollback_to(chain[static_cast<size_t>(j)]->kda, L);
   if (pin != nullptr) {
     adopt_locked(*pin);
     pin->chain_.clear();
@@ -297,7 +272,7 @@ int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* stat
 
 void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const SequenceState& seq, Pin* pin,
                         uint64_t partition) {
-  if (!seq.impl || seq.impl->n_past != static_cast<int64_t>(ids.size()))
+  if (seq.n_past() != static_cast<int64_t>(ids.size()))
     throw Error("prefix cache: store of " + std::to_string(ids.size()) + " ids from a sequence holding " +
                 std::to_string(seq.n_past()));
   const int64_t B = opt_.block_tokens;
@@ -312,7 +287,6 @@ void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const Se
   if (pin != nullptr) pinned.insert(pin->keys_.begin(), pin->keys_.end());
   std::vector<Block*> walk;  // temporarily held so that eviction cannot take the chain apart
   uint64_t parent = root_key(partition);
-  const SequenceState::Impl& im = *seq.impl;
   bool complete = true;
   // Blocks this sequence already walked (pinned, so present unless clear() ran) are not
   // re-hashed: the walk resumes after them.
@@ -348,12 +322,7 @@ void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const Se
         nbk->index = b;
         nbk->ids.assign(bid.begin(), bid.end());
         nbk->mla.reserve(block_mla_floats_);
-        for (const LayerState& ls : im.layers) {
-          if (ls.kind != AttnKind::MLA) continue;
-          const size_t row = static_cast<size_t>(ls.mla_dims.row());
-          const float* src = ls.mla.rows.data() + static_cast<size_t>(b * B) * row;
-          nbk->mla.insert(nbk->mla.end(), src, src + static_cast<size_t>(B) * row);
-        }
+        seq.copy_mla_rows(b * B, (b + 1) * B, nbk->mla);
         evict_to_budget_locked(nbk->bytes());
         if (stats_.ram_bytes + nbk->bytes() > opt_.ram_bytes) {
           complete = false;  // does not fit the budget: stop here (children would be unreachable)
@@ -374,12 +343,7 @@ void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const Se
         const uint64_t extra = snapshot_floats_ * 4;
         evict_to_budget_locked(extra);
         if (stats_.ram_bytes + extra <= opt_.ram_bytes) {
-          last.kda.reserve(snapshot_floats_);
-          for (const LayerState& ls : im.layers) {
-            if (ls.kind != AttnKind::KDA) continue;
-            last.kda.insert(last.kda.end(), ls.kda.S.begin(), ls.kda.S.end());
-            last.kda.insert(last.kda.end(), ls.kda.conv.begin(), ls.kda.conv.end());
-          }
+          last.kda = seq.snapshot();
           last.on_disk = false;  // the disk copy (if any) lacks the snapshot
           stats_.ram_bytes += extra;
           ++stats_.ram_snapshots;

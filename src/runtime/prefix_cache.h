@@ -32,6 +32,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -55,6 +56,9 @@ struct PrefixCacheOptions {
   uint64_t ram_bytes = 512ull << 20;   ///< RAM budget of the cached blocks (bytes); 0 = cache off
   std::filesystem::path disk_dir;      ///< second tier; empty = none
   uint64_t disk_bytes = 4ull << 30;    ///< disk budget (bytes) when disk_dir is set
+  /// Where the disk tier reports a refused file or a failed write (one line each, counted in
+  /// PrefixCacheStats::disk_rejected / disk_write_failures); empty: stderr.
+  std::function<void(const std::string& line)> log;
 };
 
 /// Counters and gauges (for /metrics and the stats lines).

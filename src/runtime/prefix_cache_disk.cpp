@@ -2,7 +2,6 @@
 #include "runtime/prefix_cache_disk.h"
 
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -14,25 +13,14 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_depth.h"
+#include "model/state_file.h"
 
 namespace k3 {
 
 namespace {
 
-constexpr char kMagic[8] = {'K', '3', 'P', 'C', 'B', 'L', 'K', '1'};
-constexpr int kVersion = 1;
-
-uint32_t crc_of(const char* p, size_t n, uint32_t crc = 0) {
-  // zlib's crc32 takes uInt lengths: feed it in pieces.
-  uLong c = crc;
-  while (n > 0) {
-    const size_t m = std::min<size_t>(n, 1u << 30);
-    c = crc32(c, reinterpret_cast<const Bytef*>(p), static_cast<uInt>(m));
-    p += m;
-    n -= m;
-  }
-  return static_cast<uint32_t>(c);
-}
+constexpr int kVersion = 2;
+constexpr uint64_t kMaxHeader = 1u << 20;
 
 bool parse_key(const std::string& stem, uint64_t* key) {
   if (stem.size() != 16) return false;
@@ -49,8 +37,12 @@ bool parse_key(const std::string& stem, uint64_t* key) {
 }  // namespace
 
 PrefixCacheDisk::PrefixCacheDisk(std::filesystem::path dir, uint64_t budget_bytes, std::string fingerprint,
-                                 int64_t block_tokens)
-    : dir_(std::move(dir)), budget_(budget_bytes), fingerprint_(std::move(fingerprint)), block_tokens_(block_tokens) {
+                                 int64_t block_tokens, PrefixCacheLog log)
+    : dir_(std::move(dir)),
+      budget_(budget_bytes),
+      fingerprint_(std::move(fingerprint)),
+      block_tokens_(block_tokens),
+      log_(std::move(log)) {
   // The directory is trusted (a file there whose CRC matches is served), so it must be this
   // user's and not writable by everyone; one process at a time uses it.
   check_private_dir(dir_, "--cache-dir");
@@ -101,10 +93,16 @@ void PrefixCacheDisk::remove(uint64_t key) {
   std::filesystem::remove(path_of(key), ec);
 }
 
+void PrefixCacheDisk::report(const std::string& line) const {
+  if (log_)
+    log_(line);
+  else
+    std::fprintf(stderr, "%s\n", line.c_str());
+}
+
 void PrefixCacheDisk::reject(uint64_t key, const std::string& why) {
   ++rejected_;
-  std::fprintf(stderr, "k3: prefix cache: ignoring '%s': %s (a miss; the file is removed)\n",
-               path_of(key).string().c_str(), why.c_str());
+  report("k3: prefix cache: ignoring '" + path_of(key).string() + "': " + why + " (a miss; the file is removed)");
   remove(key);
 }
 
@@ -121,39 +119,33 @@ bool PrefixCacheDisk::write(const DiskBlock& b) {
   h["mla_floats"] = b.mla.size();
   h["kda_floats"] = b.kda.size();
   const std::string hs = h.dump();
-  std::string buf;
-  buf.reserve(16 + hs.size() + (b.mla.size() + b.kda.size()) * 4);
-  buf.append(kMagic, 8);
-  const uint32_t hl = static_cast<uint32_t>(hs.size());
-  buf.append(reinterpret_cast<const char*>(&hl), 4);
-  buf.append(hs);
-  if (!b.mla.empty()) buf.append(reinterpret_cast<const char*>(b.mla.data()), b.mla.size() * 4);
-  if (!b.kda.empty()) buf.append(reinterpret_cast<const char*>(b.kda.data()), b.kda.size() * 4);
-  const uint32_t crc = crc_of(buf.data(), buf.size());
-  buf.append(reinterpret_cast<const char*>(&crc), 4);
-  if (buf.size() > budget_) return false;  // never fits
+  const uint64_t size = state_file_bytes(hs.size(), (b.mla.size() + b.kda.size()) * 4);
+  if (size > budget_) return false;  // never fits
   remove(b.key);
-  while (bytes_ + buf.size() > budget_ && !lru_.empty()) remove(lru_.front());
+  while (bytes_ + size > budget_ && !lru_.empty()) remove(lru_.front());
+  const std::span<const std::byte> payload[] = {std::as_bytes(std::span<const float>(b.mla)),
+                                                std::as_bytes(std::span<const float>(b.kda))};
   // A fresh temporary file renamed onto the block's name. No fsync: a file torn by a crash fails
   // its CRC and is a miss.
   try {
-    write_file_atomic(dir_, path_of(b.key).filename().string(), buf, "prefix cache", /*durable=*/false);
+    write_state_file(path_of(b.key), kPrefixBlockFile, hs, payload, "prefix cache", /*durable=*/false);
   } catch (const Error& e) {
     if (write_failures_++ == 0)
-      std::fprintf(stderr, "k3: prefix cache: %s; blocks that cannot be written are not kept on disk (reported once, "
-                           "counted in the disk write failures)\n", e.what());
+      report(std::string("k3: prefix cache: ") + e.what() +
+             "; blocks that cannot be written are not kept on disk (reported once, counted in the disk write "
+             "failures)");
     return false;
   }
   lru_.push_back(b.key);
-  files_[b.key] = {buf.size(), std::prev(lru_.end())};
-  bytes_ += buf.size();
+  files_[b.key] = {size, std::prev(lru_.end())};
+  bytes_ += size;
   return true;
 }
 
 std::optional<DiskBlock> PrefixCacheDisk::read(uint64_t key, uint64_t expect_mla, uint64_t expect_kda) {
   auto it = files_.find(key);
   if (it == files_.end()) return std::nullopt;
-  const uint64_t max_bytes = 16 + (1u << 20) + static_cast<uint64_t>(block_tokens_) * 16 + (expect_mla + expect_kda) * 4;
+  const uint64_t max_bytes = state_file_bytes(kMaxHeader, 0) + static_cast<uint64_t>(block_tokens_) * 16 + (expect_mla + expect_kda) * 4;
   std::string buf;
   {
     std::ifstream f(path_of(key), std::ios::binary);
@@ -174,22 +166,15 @@ std::optional<DiskBlock> PrefixCacheDisk::read(uint64_t key, uint64_t expect_mla
       return std::nullopt;
     }
   }
-  if (buf.size() < 16 || std::memcmp(buf.data(), kMagic, 8) != 0) {
-    reject(key, "bad magic (expected K3PCBLK1) or truncated");
+  StateFileView v;
+  try {
+    v = parse_state_file(std::span(reinterpret_cast<const uint8_t*>(buf.data()), buf.size()), kPrefixBlockFile,
+                         path_of(key).string(), "prefix cache block", kMaxHeader);
+  } catch (const Error& e) {
+    reject(key, e.what());
     return std::nullopt;
   }
-  uint32_t crc = 0, hl = 0;
-  std::memcpy(&crc, buf.data() + buf.size() - 4, 4);
-  if (crc_of(buf.data(), buf.size() - 4) != crc) {
-    reject(key, "CRC-32 mismatch (corrupt or truncated)");
-    return std::nullopt;
-  }
-  std::memcpy(&hl, buf.data() + 8, 4);
-  if (12 + static_cast<uint64_t>(hl) + 4 > buf.size()) {
-    reject(key, "header length past the end of the file");
-    return std::nullopt;
-  }
-  const std::string_view header(buf.data() + 12, hl);
+  const std::string_view header = v.header;
   if (const JsonDepthScan scan = scan_json_depth(header); scan.exceeded) {
     reject(key, "header: " + json_depth_message(scan));
     return std::nullopt;
@@ -223,14 +208,14 @@ std::optional<DiskBlock> PrefixCacheDisk::read(uint64_t key, uint64_t expect_mla
     const uint64_t nm = h.at("mla_floats").get<uint64_t>(), nk = h.at("kda_floats").get<uint64_t>();
     if (b.key != key || h.at("block_tokens").get<int64_t>() != block_tokens_ ||
         b.ids.size() != static_cast<size_t>(block_tokens_) || nm != expect_mla || (nk != 0 && nk != expect_kda) ||
-        12 + hl + (nm + nk) * 4 + 4 != buf.size()) {
+        (nm + nk) * 4 != v.payload.size()) {
       reject(key, "header does not match this model's block layout");
       return std::nullopt;
     }
     b.mla.resize(nm);
     b.kda.resize(nk);
-    if (nm > 0) std::memcpy(b.mla.data(), buf.data() + 12 + hl, nm * 4);
-    if (nk > 0) std::memcpy(b.kda.data(), buf.data() + 12 + hl + nm * 4, nk * 4);
+    if (nm > 0) std::memcpy(b.mla.data(), v.payload.data(), nm * 4);
+    if (nk > 0) std::memcpy(b.kda.data(), v.payload.data() + nm * 4, nk * 4);
   } catch (const nlohmann::json::exception& e) {
     reject(key, std::string("malformed header: ") + e.what());
     return std::nullopt;

@@ -1,15 +1,17 @@
 // The disk tier of k3::PrefixCache: one file per block, "<key as 16 hex>.k3pc", in one
 // directory, within a byte budget (the least recently used files go first).
 //
-// File: 8-byte magic "K3PCBLK1", u32 little-endian header length, the JSON header
-// {"format":"k3-prefix-block","version":1,"fingerprint","key","parent","index","block_tokens",
+// File: the container of model/state_file.h, magic "K3PCBLK2", the JSON header
+// {"format":"k3-prefix-block","version":2,"fingerprint","key","parent","index","block_tokens",
 //  "ids":[B ids],"mla_floats","kda_floats"}, the fp32 payload (MLA rows of every MLA layer in
-// layer order, then — when kda_floats > 0 — every KDA layer's S then conv), and a u32 CRC-32
-// (zlib) of everything before it. A file whose magic, header, sizes, CRC or fingerprint do not
-// match is a miss, reported once per file on stderr, never an error of the request.
+// layer order, then — when kda_floats > 0 — the KDA snapshot: SequenceState::snapshot's floats).
+// A file whose magic (e.g. a "K3PCBLK1" file of the older layout), header, sizes, CRC or
+// fingerprint do not match is a miss, reported once per file (PrefixCacheLog), counted in
+// rejected(), and removed; never an error of the request.
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -31,6 +33,10 @@ struct DiskBlock {
   std::vector<float> kda;            ///< [] or the snapshot of every KDA layer (S, conv)
 };
 
+/// Where the disk tier's reports go: one line each (a file refused, a write that failed),
+/// starting "k3: prefix cache: ", without a newline. Empty: stderr.
+using PrefixCacheLog = std::function<void(const std::string& line)>;
+
 class PrefixCacheDisk {
  public:
   /// Opens (creates, mode 0700) `dir`, locks it for this object's life (core/atomic_file.h
@@ -39,11 +45,11 @@ class PrefixCacheDisk {
   /// is not a directory, is not this user's or is writable by every user (check_private_dir), or
   /// is locked by another process.
   PrefixCacheDisk(std::filesystem::path dir, uint64_t budget_bytes, std::string fingerprint,
-                  int64_t block_tokens);
+                  int64_t block_tokens, PrefixCacheLog log = {});
 
   /// Writes `b` (replacing an older file of the same key) through a temporary file renamed
   /// into place, after removing the least recently used files until the directory fits the
-  /// budget. A failed write (disk full) is counted in write_failures(), reported on stderr the
+  /// budget. A failed write (disk full) is counted in write_failures(), reported (the log) the
   /// first time only, and the block is simply not kept (the disk tier is a cache).
   /// Returns whether the block is now on disk.
   bool write(const DiskBlock& b);
@@ -65,6 +71,7 @@ class PrefixCacheDisk {
   std::filesystem::path path_of(uint64_t key) const;
   void reject(uint64_t key, const std::string& why);
   void remove(uint64_t key);
+  void report(const std::string& line) const;
 
   std::filesystem::path dir_;
   uint64_t budget_;
@@ -80,6 +87,7 @@ class PrefixCacheDisk {
   uint64_t rejected_ = 0;
   uint64_t write_failures_ = 0;
   std::unique_ptr<DirLock> lock_;
+  PrefixCacheLog log_;
 };
 
 }  // namespace k3

@@ -8,8 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "io/model_summary.h"
-#include "model/sequence_rollback.h"
-#include "model/sequence_state.h"
 #include "runtime/stats.h"
 
 namespace k3 {
@@ -64,21 +62,21 @@ struct Scheduler::Slot {
   int64_t id = 0;             ///< slot id in [0, n_parallel)
   bool from_kept = false;     ///< continues a kept slot state: its blocks are not cached
   /// keep_slot_states: where the kept state is cut (exact_resume_point of the prompt; 0 = none),
-  /// and the KDA state there (capture_kda), taken when prefill reaches it.
+  /// and the KDA state there (SequenceState::snapshot), taken when prefill reaches it.
   int64_t kept_point = 0;
-  std::vector<float> kept_kda;
+  StateLog kept_kda;
   std::vector<int32_t> out;   ///< ids sampled
   // Speculative decoding (Options::speculation).
   std::unique_ptr<Drafter> drafter;  ///< null: plain decoding
   Draft draft;                       ///< this step's drafts (verified when non-empty)
   std::vector<int32_t> window;       ///< this step's decode-form window [pending, drafts]
-  std::vector<float> kda_steps;      ///< per-token KDA records of the window (rollback)
+  StateLog kda_steps;                ///< per-token KDA states of the window (rollback)
   int64_t n_drafted = 0;             ///< draft ids verified
   int64_t n_draft_accepted = 0;      ///< of those, emitted
   bool decoding() const { return prefilled == req.prompt.size(); }
   /// Bytes this sequence holds: state, drafter, verify records.
   uint64_t bytes() const {
-    return seq.bytes() + (drafter ? drafter->bytes() : 0) + (kda_steps.capacity() + kept_kda.capacity()) * sizeof(float);
+    return seq.bytes() + (drafter ? drafter->bytes() : 0) + kda_steps.bytes() + kept_kda.bytes();
   }
 
   Slot(SeqRequest r, std::shared_ptr<SeqHandle> h, SequenceState s)
@@ -270,8 +268,7 @@ void Scheduler::engine_loop() {
           // touched only as rows are written.
           const int64_t n_prompt = static_cast<int64_t>(p.req.prompt.size());
           const int64_t rows = n_prompt + std::min<int64_t>(p.req.max_tokens, opt_.n_ctx - n_prompt);
-          for (LayerState& ls : seq.impl->layers)
-            if (ls.kind == AttnKind::MLA) ls.mla.rows.reserve(static_cast<size_t>(rows * ls.mla_dims.row()));
+          seq.reserve(rows);
           // The slot id: the free one whose kept state the prompt extends the most, else a
           // free one keeping nothing, else the lowest free one.
           int64_t id = -1;
@@ -304,8 +301,7 @@ void Scheduler::engine_loop() {
             Kept& kp = kept_[static_cast<size_t>(id)];
             seq = std::move(*kp.state);
             kp = Kept{};
-            for (LayerState& ls : seq.impl->layers)
-              if (ls.kind == AttnKind::MLA) ls.mla.rows.reserve(static_cast<size_t>(rows * ls.mla_dims.row()));
+            seq.reserve(rows);
             pin.release();
             reused = static_cast<int64_t>(kept_len);
             from_kept = true;
@@ -326,7 +322,7 @@ void Scheduler::engine_loop() {
           auto slot = std::make_unique<Slot>(std::move(p.req), p.handle, std::move(seq));
           slot->prefilled = slot->reused = static_cast<size_t>(reused);
           slot->kept_point = kept_point;
-          if (kept_point > 0 && kept_point == reused) slot->kept_kda = capture_kda(slot->seq);
+          if (kept_point > 0 && kept_point == reused) slot->kept_kda = slot->seq.snapshot();
           slot->cuts = std::move(cuts);
           slot->pin = std::move(pin);
           slot->id = id;
@@ -369,16 +365,15 @@ void Scheduler::retire(Slot& s) {
   // The slot holds the state of its last sequence or nothing: an earlier sequence's state never
   // outlives a later sequence that ran in the slot.
   kept_[static_cast<size_t>(s.id)] = Kept{};
-  if (!opt_.keep_slot_states || !s.seq.impl || s.seq.impl->failed) return;
+  if (!opt_.keep_slot_states || s.seq.failed()) return;
   // The ids after the exact resume point were fed in pieces a one-pass prefill of a longer
   // prompt does not use (the prompt's tail, the generated ids in decode form): the kept state
   // is cut back to that point, so that a request extending it equals the request run alone.
   // A sequence that ended before reaching it keeps nothing.
   if (s.kept_kda.empty() || s.seq.n_past() < s.kept_point) return;
   try {
-    restore_kda(s.seq, s.kept_kda, s.kept_point);
-    for (LayerState& ls : s.seq.impl->layers)
-      if (ls.kind == AttnKind::MLA) ls.mla.rows.shrink_to_fit();
+    s.seq.rollback_to(s.kept_kda, s.kept_point);
+    s.seq.release_unused();
   } catch (const std::exception&) {  // e.g. out of memory: nothing is kept
     return;
   }
@@ -579,7 +574,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
       n_prompt_fed += batch[b].tokens.size();
       if (s.kept_point > 0 && static_cast<int64_t>(s.prefilled) == s.kept_point) {
         try {
-          s.kept_kda = capture_kda(s.seq);
+          s.kept_kda = s.seq.snapshot();
         } catch (const std::exception&) {  // e.g. out of memory: the slot keeps nothing
         }
       }
@@ -614,7 +609,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
         s.sampler.accept(ids[0]);
       }
     } catch (const std::exception& ex) {  // e.g. no finite logit
-      if (nd > 0) s.seq.impl->failed = true;  // holds unverified drafts: not kept
+      if (nd > 0) s.seq.mark_failed();  // holds unverified drafts: not kept
       SeqEvent d = done_event(FinishReason::Error, opt_, static_cast<int64_t>(s.prefilled), s.n_generated);
       d.error = ex.what();
       finish(who[b], std::move(d));
@@ -659,9 +654,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
       s.n_drafted += nd;
       n_drafted += static_cast<uint64_t>(nd);
       try {
-        if (keep < nd + 1) rollback_to_step(s.seq, s.kda_steps, nd + 1, keep);
+        if (keep < nd + 1) s.seq.rollback_to(s.kda_steps, s.kda_steps.first() + keep - 1);
       } catch (const std::exception& ex) {  // an inconsistent step log (internal): end only this sequence
-        s.seq.impl->failed = true;          // its state is not kept
+        s.seq.mark_failed();                // its state is not kept
         end = done_event(FinishReason::Error, opt_, n_prompt, s.n_generated);
         end->error = std::string("speculative rollback: ") + ex.what();
       }

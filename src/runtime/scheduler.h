@@ -157,7 +157,7 @@ class Scheduler {
     /// rows to k + 1 one-token steps) of the same forward_batch as the other slots;
     /// accept_drafts() with the slot's sampler picks the emitted ids, each streamed with plain
     /// decoding's stop / max_tokens / context checks (the rest of the run is discarded), and
-    /// the state is rolled back to the emitted ids (model/sequence_rollback.h). Greedy output is
+    /// the state is rolled back to the emitted ids (SequenceState::rollback_to). Greedy output is
     /// identical to no speculation; with temperature > 0 the distribution is (not the draws).
     struct Speculation {
       SpecOptions spec;

@@ -5,7 +5,6 @@
 #include <limits>
 
 #include "core/error.h"
-#include "model/sequence_rollback.h"
 #include "runtime/stats.h"
 
 namespace k3 {
@@ -212,7 +211,7 @@ void Speculator::decode(const Model& model, SequenceState& seq, std::span<const 
     }
     if (keep < nd + 1) {
       Timer tr;
-      rollback_to_step(seq, steps_, nd + 1, keep);
+      seq.rollback_to(steps_, steps_.first() + keep - 1);
       stats_.rollback_ms += tr.ms();
     }
     history_.insert(history_.end(), window.begin(), window.begin() + keep);

@@ -2,7 +2,7 @@
 // model checks [pending token, d_1 .. d_k] in ONE forward (decode form: bit-identical rows to
 // one-token decoding, BatchEntry::per_token), the acceptance rule keeps a prefix of the drafts
 // plus one token from the target, and the state is rolled back exactly to the kept tokens
-// (model/sequence_rollback.h: per-token KDA snapshots written during the verify, MLA truncated).
+// (SequenceState::rollback_to: per-token KDA states written during the verify, MLA truncated).
 //
 // Exactness:
 //   temp <= 0 (greedy): the emitted ids are the ids plain decoding emits, and the state after
@@ -101,7 +101,7 @@ class Speculator {
   SpecOptions opt_;
   SpecStats stats_;
   std::vector<int32_t> history_;  ///< every id the target state holds (its n_past ids)
-  std::vector<float> steps_;      ///< per-token KDA records of the last verify
+  StateLog steps_;                ///< per-token KDA states of the last verify
 };
 
 }  // namespace k3

@@ -194,7 +194,7 @@ TEST(Model, RejectsBadInput) {
   std::vector<int32_t> ok = {1};
   EXPECT_THROW(m.model->forward(empty, ok, true), k3::Error);
   // A state marked inconsistent by a failed pass (e.g. a corrupt expert scale) is refused.
-  seq.impl->failed = true;
+  seq.mark_failed();
   EXPECT_THROW(m.model->forward(seq, ok, true), k3::Error);
   EXPECT_THROW(seq.save(fs::path(K3_BINARY_DIR) / "never-written.bin"), k3::Error);
 }

@@ -142,15 +142,15 @@ TEST(DeepJsonState, PrefixCacheBlockWithDeepHeaderIsAMiss) {
     ASSERT_TRUE(d.read(key, 2, 0).has_value());
   }
   // Same block, its header given a 50,000-deep extra field, CRC recomputed.
-  uint32_t hl = 0;
-  std::memcpy(&hl, good.data() + 8, 4);
-  std::string hs = good.substr(12, hl);
+  uint64_t hl = 0;
+  std::memcpy(&hl, good.data() + 8, 8);
+  std::string hs = good.substr(16, hl);
   hs.insert(hs.size() - 1, ",\"x\":" + nested(50000));
-  const uint32_t nhl = static_cast<uint32_t>(hs.size());
+  const uint64_t nhl = hs.size();
   std::string bad = good.substr(0, 8);
-  bad.append(reinterpret_cast<const char*>(&nhl), 4);
+  bad.append(reinterpret_cast<const char*>(&nhl), 8);
   bad += hs;
-  bad += good.substr(12 + hl, good.size() - 12 - hl - 4);
+  bad += good.substr(16 + hl, good.size() - 16 - hl - 4);
   const uint32_t c = crc(bad);
   bad.append(reinterpret_cast<const char*>(&c), 4);
   write_all(file, bad);

@@ -73,17 +73,7 @@ std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) 
 
 /// First difference between two states, or "" when bit-identical.
 std::string state_diff(const k3::SequenceState& a, const k3::SequenceState& b) {
-  if (a.n_past() != b.n_past()) return "n_past " + std::to_string(a.n_past()) + " vs " + std::to_string(b.n_past());
-  for (size_t il = 0; il < a.impl->layers.size(); ++il) {
-    const k3::LayerState &x = a.impl->layers[il], &y = b.impl->layers[il];
-    if (x.kind == k3::AttnKind::KDA) {
-      if (x.kda.S != y.kda.S) return "layer " + std::to_string(il) + " KDA S";
-      if (x.kda.conv != y.kda.conv) return "layer " + std::to_string(il) + " KDA conv";
-    } else if (x.mla.rows != y.mla.rows) {
-      return "layer " + std::to_string(il) + " MLA rows";
-    }
-  }
-  return "";
+  return k3::state_difference(a, b);
 }
 
 double max_rel(const std::vector<float>& a, const std::vector<float>& b) {

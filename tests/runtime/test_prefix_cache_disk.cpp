@@ -15,6 +15,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "runtime/prefix_cache_disk.h"
@@ -148,4 +149,41 @@ TEST(PrefixCacheDisk, WriteFailuresAreLoggedOnceCountedAndSurvived) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(d.p)) names.push_back(e.path().filename().string());
   EXPECT_EQ(names, std::vector<std::string>{"0000000000000006.k3pc"});
+}
+
+// A block file of the older layout ("K3PCBLK1": u32 header length) or of another kind is a miss:
+// one line to the cache's log naming the file, the format found and the one expected, a count
+// in rejected(), and the file removed. A current file reads back without a line.
+TEST(PrefixCacheDisk, OldFormatFilesAreMissesLoggedAndCounted) {
+  TempDir d;
+  std::vector<std::string> lines;
+  auto log = [&](const std::string& l) { lines.push_back(l); };
+  {
+    k3::PrefixCacheDisk c(d.p, 1 << 30, "fp", kBlock, log);
+    ASSERT_TRUE(c.write(block(5)));
+  }
+  const fs::path good = d.p / "0000000000000005.k3pc";
+  ASSERT_EQ(slurp(good).substr(0, 8), "K3PCBLK2");
+  const std::string header = R"({"format":"k3-prefix-block","version":1})";
+  std::string old = "K3PCBLK1";
+  const uint32_t hl = static_cast<uint32_t>(header.size());
+  old.append(reinterpret_cast<const char*>(&hl), 4);
+  old += header + std::string(4, '\0');
+  std::ofstream(d.p / "0000000000000007.k3pc", std::ios::binary) << old;
+  std::ofstream(d.p / "0000000000000008.k3pc", std::ios::binary) << "K3SEQST1" << std::string(40, '\0');
+  k3::PrefixCacheDisk c(d.p, 1 << 30, "fp", kBlock, log);
+  ASSERT_TRUE(c.read(5, 4096, 0).has_value());
+  EXPECT_TRUE(lines.empty());
+  EXPECT_FALSE(c.read(7, 4096, 0).has_value());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("k3: prefix cache: ignoring '" + (d.p / "0000000000000007.k3pc").string() + "'"),
+            std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("found \"K3PCBLK1\", a k3 prefix-cache block of format 1"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("expected \"K3PCBLK2\""), std::string::npos) << lines[0];
+  EXPECT_FALSE(c.read(8, 4096, 0).has_value());
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("found \"K3SEQST1\", a k3 sequence-state file"), std::string::npos) << lines[1];
+  EXPECT_EQ(c.rejected(), 2u);
+  EXPECT_FALSE(fs::exists(d.p / "0000000000000007.k3pc"));
+  EXPECT_FALSE(c.contains(8));
 }

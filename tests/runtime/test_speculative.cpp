@@ -13,7 +13,6 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "model/sequence_rollback.h"
 #include "model/sequence_state.h"
 #include "runtime/draft_model.h"
 #include "runtime/generator.h"
@@ -28,22 +27,8 @@ using k3::SequenceState;
 
 /// Bitwise equality of two states (n_past, every KDA S / conv window, every MLA latent row).
 ::testing::AssertionResult same_state(const SequenceState& a, const SequenceState& b) {
-  const auto& x = *a.impl;
-  const auto& y = *b.impl;
-  if (x.n_past != y.n_past) return ::testing::AssertionFailure() << "n_past " << x.n_past << " vs " << y.n_past;
-  for (size_t il = 0; il < x.layers.size(); ++il) {
-    const auto& p = x.layers[il];
-    const auto& q = y.layers[il];
-    auto eq = [](const std::vector<float>& u, const std::vector<float>& v) {
-      return u.size() == v.size() && (u.empty() || std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0);
-    };
-    if (p.kind == k3::AttnKind::KDA) {
-      if (!eq(p.kda.S, q.kda.S)) return ::testing::AssertionFailure() << "layer " << il << " KDA S differs";
-      if (!eq(p.kda.conv, q.kda.conv)) return ::testing::AssertionFailure() << "layer " << il << " conv differs";
-    } else if (!eq(p.mla.rows, q.mla.rows)) {
-      return ::testing::AssertionFailure() << "layer " << il << " MLA rows differ";
-    }
-  }
+  const std::string d = k3::state_difference(a, b);
+  if (!d.empty()) return ::testing::AssertionFailure() << d;
   return ::testing::AssertionSuccess();
 }
 
@@ -128,7 +113,7 @@ TEST(Speculative, DecodeFormIsBitIdenticalToOneTokenSteps) {
     SequenceState a = m.new_sequence();
     m.forward(a, prompt, false);
     SequenceState b = a;
-    std::vector<float> steps;
+    k3::StateLog steps;
     k3::BatchEntry e{&a, win, k3::BatchLogits::All};
     e.per_token = true;
     e.kda_steps = &steps;
@@ -139,9 +124,7 @@ TEST(Speculative, DecodeFormIsBitIdenticalToOneTokenSteps) {
       ASSERT_EQ(std::memcmp(one.data(), all.data() + t * V, V * sizeof(float)), 0) << "row " << t;
     }
     EXPECT_TRUE(same_state(a, b));
-    int64_t n_kda = 0;
-    for (const auto& L : a.impl->layers) n_kda += L.kind == k3::AttnKind::KDA;
-    EXPECT_EQ(static_cast<int64_t>(steps.size()), n_kda * static_cast<int64_t>(win.size()) * k3::kda_record_floats(a));
+    EXPECT_EQ(static_cast<int64_t>(steps.floats().size()), static_cast<int64_t>(win.size()) * a.snapshot_floats());
   }
 }
 
@@ -155,12 +138,12 @@ TEST(Speculative, RollbackToEveryPositionIsExact) {
   m.forward(base, prompt, false);
   for (int64_t keep = 1; keep <= static_cast<int64_t>(win.size()); ++keep) {
     SequenceState a = base;
-    std::vector<float> steps;
+    k3::StateLog steps;
     k3::BatchEntry e{&a, win, k3::BatchLogits::All};
     e.per_token = true;
     e.kda_steps = &steps;
     m.forward_batch(std::span<const k3::BatchEntry>(&e, 1));
-    k3::rollback_to_step(a, steps, static_cast<int64_t>(win.size()), keep);
+    a.rollback_to(steps, base.n_past() + keep);
     SequenceState b = base;
     for (int64_t t = 0; t < keep; ++t) m.forward(b, std::span<const int32_t>(&win[t], 1), false);
     EXPECT_TRUE(same_state(a, b)) << "keep " << keep;
@@ -171,8 +154,8 @@ TEST(Speculative, RollbackToEveryPositionIsExact) {
     EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "keep " << keep;
   }
   SequenceState a = base;
-  std::vector<float> steps;
-  EXPECT_THROW(k3::rollback_to_step(a, steps, 3, 1), k3::Error);  // empty log
+  k3::StateLog steps;
+  EXPECT_THROW(a.rollback_to(steps, a.n_past()), k3::Error);  // empty log
   k3::BatchEntry bad{&a, win, k3::BatchLogits::All};
   bad.kda_steps = &steps;  // a log needs the decode form
   EXPECT_THROW(m.forward_batch(std::span<const k3::BatchEntry>(&bad, 1)), k3::Error);
