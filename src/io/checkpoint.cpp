@@ -255,14 +255,10 @@ class CheckpointImpl final : public Checkpoint {
   std::string where(const TensorView& v) const { return v.file + ": tensor '" + v.name + "'"; }
 
   void check_plain(const TensorSpec& s, const TensorView& v, const std::string& display_shape_of) {
-    if (std::find(s.dtypes.begin(), s.dtypes.end(), v.dtype) == s.dtypes.end())
+    if (!s.accepts_dtype(v.dtype))
       throw Error(where(v) + ": dtype " + std::string(dtype_name(v.dtype)) + ", expected " + dtypes_str(s.dtypes) +
                   " (spec §2)");
-    bool ok = v.shape == s.shape;
-    if (!ok && s.zero_padded && v.shape.size() == s.shape.size() && !v.shape.empty() &&
-        v.shape[0] >= s.shape[0] && std::equal(v.shape.begin() + 1, v.shape.end(), s.shape.begin() + 1))
-      ok = true;
-    if (!ok)
+    if (!s.accepts_shape(v.shape))
       throw Error(where(v) + ": shape " + shape_str(v.shape) + ", expected " + display_shape_of +
                   (s.zero_padded ? " (or zero-padded along dim 0)" : ""));
     if (s.zero_padded && v.shape[0] > s.shape[0] && v.dtype == DType::F32) {

@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "io/tensor_table.h"
 
 namespace k3 {
 
@@ -30,6 +31,12 @@ constexpr uint64_t kAlign = 4096;  // O_DIRECT offset / length / buffer alignmen
 
 uint64_t align_down(uint64_t x) { return x / kAlign * kAlign; }
 uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -143,8 +150,7 @@ struct ExpertStore::Impl {
   }
 
   void build_layout(const ModelConfig& cfg) {
-    static const char* kParts[6] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
-                                    "w2.weight_scale",  "w3.weight_packed", "w3.weight_scale"};
+    static constexpr TensorRole kMatrices[3] = {TensorRole::ExpertW1, TensorRole::ExpertW2, TensorRole::ExpertW3};
     std::map<std::string, int> file_idx;
     std::map<int, std::unordered_map<std::string, uint64_t>> offsets;  // file -> tensor -> offset
     moe_index.assign(cfg.plan.size(), -1);
@@ -153,8 +159,6 @@ struct ExpertStore::Impl {
       moe_index[il] = static_cast<int>(slots.size());
       slots.emplace_back(static_cast<size_t>(E));
       for (int64_t e = 0; e < E; ++e) {
-        const std::string base =
-            "model.layers." + std::to_string(il) + ".block_sparse_moe.experts." + std::to_string(e) + ".";
         struct Piece {
           int file;
           uint64_t off, len;
@@ -162,26 +166,33 @@ struct ExpertStore::Impl {
         };
         std::vector<Piece> pieces;
         Slot& s = slots.back()[static_cast<size_t>(e)];
-        for (int p = 0; p < 6; ++p) {
-          const TensorView& v = ck.get(base + kParts[p]);
-          if (v.dtype != DType::U8 || v.shape.size() != 2)
-            throw Error(v.file + ": tensor '" + v.name + "': expected U8 2-D (MXFP4, spec §4) for expert streaming");
-          const int fi = open_file(v.file, file_idx);
-          auto& om = offsets[fi];
-          if (om.empty()) {
-            const SafetensorsHeader h = read_safetensors_header(files[static_cast<size_t>(fi)]->path);
-            om.reserve(h.entries.size());
-            for (const auto& en : h.entries) om.emplace(en.name, en.offset);
+        for (int m = 0; m < 3; ++m) {
+          // The table names the pair: .weight_packed (part 2m) and .weight_scale (part 2m+1).
+          const TensorSpec spec = tensor_spec(cfg, kMatrices[m], static_cast<int>(il), static_cast<int>(e));
+          const std::vector<StoredTensor> pair = stored_tensors(spec);
+          for (int k = 0; k < 2; ++k) {
+            const int p = 2 * m + k;
+            const StoredTensor& want = pair[static_cast<size_t>(k)];
+            const TensorView& v = ck.get(want.name);
+            if (v.dtype != want.dtype || v.shape != want.shape)
+              throw Error(v.file + ": tensor '" + v.name + "': expected U8" + shape_text(want.shape) +
+                          " (MXFP4 of logical " + shape_text(spec.shape) + ", spec §4) for expert streaming, found " +
+                          std::string(dtype_name(v.dtype)) + shape_text(v.shape));
+            const int fi = open_file(v.file, file_idx);
+            auto& om = offsets[fi];
+            if (om.empty()) {
+              const SafetensorsHeader h = read_safetensors_header(files[static_cast<size_t>(fi)]->path);
+              om.reserve(h.entries.size());
+              for (const auto& en : h.entries) om.emplace(en.name, en.offset);
+            }
+            auto oit = om.find(v.name);
+            if (oit == om.end())
+              throw Error(files[static_cast<size_t>(fi)]->path + ": tensor '" + v.name + "' not in its header");
+            pieces.push_back({fi, oit->second, v.nbytes, p});
+            s.bytes += v.nbytes;
           }
-          auto oit = om.find(v.name);
-          if (oit == om.end())
-            throw Error(files[static_cast<size_t>(fi)]->path + ": tensor '" + v.name + "' not in its header");
-          pieces.push_back({fi, oit->second, v.nbytes, p});
-          s.bytes += v.nbytes;
-          if (p % 2 == 0) {
-            s.rows[p / 2] = v.shape[0];
-            s.cols[p / 2] = v.shape[1] * 2;
-          }
+          s.rows[m] = spec.shape[0];
+          s.cols[m] = spec.shape[1];
         }
         std::sort(pieces.begin(), pieces.end(),
                   [](const Piece& a, const Piece& b) { return a.file != b.file ? a.file < b.file : a.off < b.off; });

@@ -62,8 +62,10 @@ struct ExpertMatrices {
 class ExpertStore {
  public:
   /// Builds the expert layout from `ck` (which must outlive the store; it may be opened with or
-  /// without map_data) and starts the I/O threads. Errors (k3::Error): io_threads < 1, a shard
-  /// that cannot be opened (names the file), an expert tensor missing or not MXFP4 U8.
+  /// without map_data) and starts the I/O threads. Each expert's six tensors are named and sized
+  /// by the tensor table (io/tensor_table.h, roles ExpertW1/W2/W3 and their stored MXFP4 pairs).
+  /// Errors (k3::Error): io_threads < 1, a shard that cannot be opened (names the file), an
+  /// expert tensor missing or not the table's U8 [rows, cols/2] / [rows, cols/32].
   ExpertStore(const Checkpoint& ck, const ExpertStoreOptions& options);
   ~ExpertStore();
   ExpertStore(const ExpertStore&) = delete;

@@ -31,8 +31,8 @@ ParamCounts count_params(const ModelConfig& c) {
     const int64_t n = s.numel();
     switch (s.group) {
       case TensorGroup::Global:
-        if (s.name == "model.embed_tokens.weight") p.embedding += n;
-        else if (s.name == "lm_head.weight") p.lm_head += n;
+        if (s.role == TensorRole::EmbedTokens) p.embedding += n;
+        else if (s.role == TensorRole::LmHead) p.lm_head += n;
         else p.norms_attn_res += n;
         break;
       case TensorGroup::Common: p.norms_attn_res += n; break;
@@ -40,8 +40,10 @@ ParamCounts count_params(const ModelConfig& c) {
       case TensorGroup::MLA: p.attention_mla += n; break;
       case TensorGroup::DenseMLP: p.dense_mlp += n; break;
       case TensorGroup::MoE:
-        if (s.name.find(".shared_experts.") != std::string::npos) p.moe_shared += n;
-        else if (s.name.find(".gate.") != std::string::npos) p.moe_router += n;
+        if (s.role == TensorRole::SharedGate || s.role == TensorRole::SharedUp || s.role == TensorRole::SharedDown)
+          p.moe_shared += n;
+        else if (s.role == TensorRole::MoeRouter || s.role == TensorRole::MoeRouterBias)
+          p.moe_router += n;
         else p.moe_latent += n;
         break;
       case TensorGroup::Expert:

@@ -1,11 +1,18 @@
 // The one K3 tensor table (spec k3-architecture.md §2.1-2.6): every text tensor the model needs,
-// with its shape and accepted dtypes, as a function of ModelConfig. It drives checkpoint
-// validation (io/checkpoint.cpp), `k3 info` parameter counts (io/model_summary.h) and the test
-// fixtures that write checkpoints. Names here never carry the "language_model." prefix.
+// as one row per tensor kind (TensorRole): its name pattern, its shape as a function of
+// ModelConfig, its accepted dtypes, its storage and the config flag that makes it present.
+// The rows drive checkpoint validation (io/checkpoint.cpp), the model's bind step
+// (model/weights.cpp), the expert store's lookups (io/expert_store.cpp), `k3 info` parameter
+// counts (io/model_summary.h), `k3 tensors` (the listing the Python tools are tested against)
+// and the test fixtures that write checkpoints. Adding or renaming a tensor is one row here.
+// Names here never carry the "language_model." prefix.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
@@ -13,7 +20,7 @@
 
 namespace k3 {
 
-/// Which table a tensor comes from.
+/// Which part of the architecture a tensor belongs to (which layers hold it).
 enum class TensorGroup {
   Global,    ///< §2.1 embeddings, head, final norm, output AttnRes
   Common,    ///< §2.2 every layer: norms and AttnRes score vectors
@@ -28,7 +35,91 @@ enum class TensorGroup {
 enum class TensorStorage {
   Plain,  ///< one tensor `name`
   Mxfp4,  ///< "<name>.weight_packed" U8 [rows, cols/2] + "<name>.weight_scale" U8 [rows, cols/32]
-          ///< (spec §4); a plain "<name>.weight" in one of `dtypes` is also accepted
+          ///< (spec §4). A plain "<name>.weight" in one of `dtypes` is also a valid checkpoint
+          ///< (validation and `k3 info` accept it); the model binds routed experts only as MXFP4
+          ///< (bind_weights refuses the plain form with an error naming the tensor).
+};
+
+/// One tensor kind: a row of the table. Symbols in the shape comments: D hidden_size,
+/// V vocab_size, H kda_num_heads, d kda_head_dim, C = H·d, K short_conv_kernel_size,
+/// Hm num_attention_heads, qr q_lora_rank, kvr kv_lora_rank, dn/dr/dv qk_nope/qk_rope/v head dims,
+/// I intermediate_size, E num_experts, L routed_expert_hidden_size, Im moe_intermediate_size,
+/// S = num_shared_experts·Im.
+enum class TensorRole : uint8_t {
+  // §2.1 globals
+  EmbedTokens,       ///< model.embed_tokens.weight            BF16 [V, D]
+  LmHead,            ///< lm_head.weight                       BF16 [V, D]; absent when tie_word_embeddings
+  FinalNorm,         ///< model.norm.weight                    BF16 [D]
+  OutResNorm,        ///< model.output_attn_res_norm.weight    BF16 [D]
+  OutResProj,        ///< model.output_attn_res_proj.weight    BF16 [1, D]
+  // §2.2 every layer (prefix model.layers.{il}.)
+  InputNorm,         ///< input_layernorm.weight               BF16 [D]
+  PostAttnNorm,      ///< post_attention_layernorm.weight      BF16 [D]
+  AttnResNorm,       ///< self_attention_res_norm.weight       BF16 [D]
+  AttnResProj,       ///< self_attention_res_proj.weight       BF16 [1, D]
+  MlpResNorm,        ///< mlp_res_norm.weight                  BF16 [D]
+  MlpResProj,        ///< mlp_res_proj.weight                  BF16 [1, D]
+  // §2.3 KDA (prefix model.layers.{il}.self_attn.)
+  KdaQProj,          ///< q_proj.weight                        BF16 [C, D]
+  KdaKProj,          ///< k_proj.weight                        BF16 [C, D]
+  KdaVProj,          ///< v_proj.weight                        BF16 [C, D]
+  KdaQConv,          ///< q_conv1d.weight                      F32 [C, 1, K]
+  KdaKConv,          ///< k_conv1d.weight                      F32 [C, 1, K]
+  KdaVConv,          ///< v_conv1d.weight                      F32 [C, 1, K]
+  KdaFA,             ///< f_a_proj.weight                      BF16 [d, D]
+  KdaFB,             ///< f_b_proj.weight                      BF16 [C, d]
+  KdaBProj,          ///< b_proj.weight                        BF16 [H, D]
+  KdaGProj,          ///< g_proj.weight                        BF16 [C, D]
+  KdaDtBias,         ///< dt_bias                              F32 [C]
+  KdaALog,           ///< A_log                                F32 [H], may be zero-padded along dim 0
+  KdaONorm,          ///< o_norm.weight                        F32 [d]
+  KdaOProj,          ///< o_proj.weight                        BF16 [D, C]
+  // §2.4 MLA (prefix model.layers.{il}.self_attn.)
+  MlaQA,             ///< q_a_proj.weight                      BF16 [qr, D]
+  MlaQANorm,         ///< q_a_layernorm.weight                 BF16 [qr]
+  MlaQB,             ///< q_b_proj.weight                      BF16 [Hm·(dn+dr), qr]
+  MlaKvA,            ///< kv_a_proj_with_mqa.weight            BF16 [kvr+dr, D]
+  MlaKvANorm,        ///< kv_a_layernorm.weight                BF16 [kvr]
+  MlaKvB,            ///< kv_b_proj.weight                     BF16 [Hm·(dn+dv), kvr]
+  MlaGProj,          ///< g_proj.weight                        BF16 [Hm·dv, D]; when mla_use_output_gate
+  MlaOProj,          ///< o_proj.weight                        BF16 [D, Hm·dv]
+  // §2.5 dense MLP (prefix model.layers.{il}.mlp.)
+  MlpGate,           ///< gate_proj.weight                     BF16 [I, D]
+  MlpUp,             ///< up_proj.weight                       BF16 [I, D]
+  MlpDown,           ///< down_proj.weight                     BF16 [D, I]
+  // §2.6 LatentMoE (prefix model.layers.{il}.block_sparse_moe.)
+  MoeRouter,         ///< gate.weight                          BF16 [E, D]
+  MoeRouterBias,     ///< gate.e_score_correction_bias         F32 [E]
+  MoeLatentDown,     ///< routed_expert_down_proj.weight       BF16 [L, D]
+  MoeLatentNorm,     ///< routed_expert_norm.weight            BF16 [L]; when latent_moe_use_norm
+  MoeLatentUp,       ///< routed_expert_up_proj.weight         BF16 [D, L]
+  SharedGate,        ///< shared_experts.gate_proj.weight      BF16 [S, D]; when S > 0
+  SharedUp,          ///< shared_experts.up_proj.weight        BF16 [S, D]; when S > 0
+  SharedDown,        ///< shared_experts.down_proj.weight      BF16 [D, S]; when S > 0
+  // §2.6 routed expert {e} (prefix model.layers.{il}.block_sparse_moe.experts.{e}.), MXFP4
+  ExpertW1,          ///< w1 (gate)                            [Im, L]
+  ExpertW2,          ///< w2 (down)                            [L, Im]
+  ExpertW3,          ///< w3 (up)                              [Im, L]
+};
+
+/// Number of TensorRole values (the rows of the table).
+inline constexpr int kTensorRoleCount = static_cast<int>(TensorRole::ExpertW3) + 1;
+
+/// One row of the table, independent of the config.
+struct TensorKind {
+  TensorRole role;
+  const char* id;           ///< stable identifier, e.g. "kda.q_proj" (`k3 tensors` prints it)
+  TensorGroup group;
+  std::string pattern;      ///< name with "{il}" (layer) and "{e}" (expert) placeholders; for
+                            ///< Mxfp4 the base without ".weight*"
+  std::vector<DType> dtypes;  ///< accepted dtypes (first = the published one)
+  TensorStorage storage = TensorStorage::Plain;
+  bool zero_padded = false;   ///< dim 0 may be stored padded to P >= shape[0] with exact zeros
+  const char* when = "";      ///< the config condition for presence ("" = always), for listings
+  /// Logical shape, outermost first (Mxfp4: [rows, cols] of the matrix).
+  std::vector<int64_t> (*shape)(const ModelConfig&) = nullptr;
+  /// Presence in `c` (nullptr = always); matches `when`.
+  bool (*present)(const ModelConfig&) = nullptr;
 };
 
 struct TensorSpec {
@@ -38,11 +129,17 @@ struct TensorSpec {
   std::vector<DType> dtypes;    ///< accepted dtypes (first = the published one)
   TensorStorage storage = TensorStorage::Plain;
   TensorGroup group = TensorGroup::Global;
+  TensorRole role = TensorRole::EmbedTokens;
   int il = -1;                  ///< layer (0-indexed), -1 for globals
   int expert = -1;              ///< routed expert id for TensorGroup::Expert
   bool zero_padded = false;     ///< dim 0 may be stored padded to P >= shape[0] with exact zeros
                                 ///< (A_log: F32 [128] for 96 heads, spec §2.3)
   int64_t numel() const;        ///< logical parameter count (product of `shape`)
+  /// The one acceptance rule for a stored plain tensor (validation and binding): dtype is one of
+  /// `dtypes`; shape equals `shape`, or when zero_padded has the same rank and trailing dims and
+  /// dim 0 >= shape[0] (the padding's zeros are checked by the validator, which reads bytes).
+  bool accepts_dtype(DType dt) const;
+  bool accepts_shape(const std::vector<int64_t>& stored_shape) const;
 };
 
 /// One tensor as stored in a published checkpoint (name without prefix).
@@ -52,7 +149,36 @@ struct StoredTensor {
   std::vector<int64_t> shape;
 };
 
-// --- the table, per layer kind (il = 0-indexed layer) ---
+/// Every row, in table order (TensorRole order).
+std::span<const TensorKind> tensor_kinds();
+/// The row of `role`.
+const TensorKind& tensor_kind(TensorRole role);
+/// True when `c` has tensors of kind `role` (lm_head when untied, MLA g_proj when
+/// mla_use_output_gate, ...; the layer kind is not considered here).
+bool tensor_present(const ModelConfig& c, TensorRole role);
+
+/// The tensor of kind `role` in layer `il` (expert `expert` for TensorGroup::Expert): name,
+/// logical shape from `c`, dtypes, storage. Globals take il = -1. Throws k3::Error when the role
+/// is absent in `c` (tensor_present false), when `il` is outside [0, num_hidden_layers) for a
+/// layer role (or not -1 for a global), when the layer's plan has no such tensor (a KDA role on an
+/// MLA layer, ...) or when `expert` is outside [0, num_experts) for an expert role.
+TensorSpec tensor_spec(const ModelConfig& c, TensorRole role, int il = -1, int expert = -1);
+
+/// A text tensor name (no prefix) matched against the table's patterns.
+struct TensorNameMatch {
+  TensorRole role;
+  int il = -1;      ///< -1 for globals
+  int expert = -1;  ///< -1 unless an expert role
+  std::string_view suffix;  ///< for Mxfp4 kinds: ".weight_packed", ".weight_scale", ".weight" or
+                            ///< "" (the bare base); empty for Plain kinds
+};
+/// The row of `c` whose pattern `name` follows ({il}/{e} match decimal digits) and whose tensor
+/// `c` holds: the layer exists and its plan has the row's group (KDA and MLA share the names
+/// "self_attn.g_proj.weight" and "self_attn.o_proj.weight"; the plan decides), the row is
+/// present, the expert id is in range. nullopt otherwise.
+std::optional<TensorNameMatch> match_tensor_name(const ModelConfig& c, std::string_view name);
+
+// --- the table, per layer kind (il = 0-indexed layer), rows present in `c`, in table order ---
 std::vector<TensorSpec> global_tensors(const ModelConfig& c);
 std::vector<TensorSpec> common_layer_tensors(const ModelConfig& c, int il);
 std::vector<TensorSpec> kda_tensors(const ModelConfig& c, int il);

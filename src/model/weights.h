@@ -1,8 +1,10 @@
 // Binding of checkpoint tensors to per-layer weight structs (spec k3-architecture.md §2).
 // Large matrices stay in the mapped files (TensorView pointers, never copied); small vectors
 // (norm weights, conv taps, dt_bias, A_log, router bias, AttnRes score vectors) are decoded to
-// fp32 once at bind time. Every tensor's dtype and shape is checked against the config; a
-// mismatch throws k3::Error naming the tensor, the expected and the found dtype/shape.
+// fp32 once at bind time. Every tensor is looked up through the tensor table
+// (io/tensor_table.h: tensor_spec by TensorRole gives its name, shape and dtypes) and checked with
+// the table's one acceptance rule, the rule Checkpoint::open validates with; a mismatch throws
+// k3::Error naming the tensor, the expected and the found dtype/shape.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -102,7 +104,12 @@ struct ModelWeights {
   std::deque<TensorView> trunk_views;   ///< their views (quant set), replacing the BF16 pointers
 };
 
-/// Binds and validates every text tensor the forward pass reads. Throws k3::Error.
+/// Binds every text tensor the forward pass reads, each looked up through the tensor table.
+/// Tied embeddings (no lm_head row): lm_head == embed. Routed experts bind as MXFP4 only: a
+/// checkpoint holding a plain "<expert>.weight" (valid for Checkpoint::open and `k3 info`) is
+/// refused here, naming the tensor. Other errors (k3::Error): unsupported config options
+/// (use_full_rank_gate false, mla_use_nope false, a router activation other than sigmoid), a
+/// tensor the table's rule refuses (expected vs found dtype and shape).
 ModelWeights bind_weights(const Checkpoint& ck);
 
 /// Trunk quantization at load (issue 13): re-encodes every BF16 trunk matrix the fast path reads

@@ -138,7 +138,8 @@ def plan(ck: Checkpoint) -> list[Planned]:
     copy("token_embd.weight", "model.embed_tokens.weight")
     fused("output_res_score.weight", "model.output_attn_res_norm.weight", "model.output_attn_res_proj.weight")
     copy("output_norm.weight", "model.norm.weight")
-    copy("output.weight", "lm_head.weight")
+    if not tc.get("tie_word_embeddings", False):  # tied: llama.cpp reads token_embd as the head
+        copy("output.weight", "lm_head.weight")
     for i in range(L):
         P, B = f"model.layers.{i}.", f"blk.{i}."
         A = P + "self_attn."

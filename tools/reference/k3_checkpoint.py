@@ -269,6 +269,9 @@ def make_config(**overrides) -> dict:
 def tensor_inventory(text_cfg: dict, a_log_pad_to: int | None = None):
     """Every text tensor of a K3 checkpoint: list of (name_without_prefix, dtype_str, shape_tuple).
 
+    The C++ tensor table (src/io/tensor_table.cpp) is the source: tests/python/test_tensor_table.py
+    checks this list against `k3 tensors --json` for every config variant.
+
     text_cfg: the text_config dict (use text_config(cfg) on a wrapper).
     a_log_pad_to: stored length of KDA A_log (K3: 128 for 96 heads); None → num_heads (no padding).
     dtype_str is the safetensors dtype: "BF16", "F32" or "U8". Order: globals, then layers 0..L-1.
@@ -289,9 +292,10 @@ def tensor_inventory(text_cfg: dict, a_log_pad_to: int | None = None):
     I = tc["intermediate_size"]
     E, Im, Lat = tc["num_experts"], tc["moe_intermediate_size"], tc["routed_expert_hidden_size"]
     S = tc.get("num_shared_experts", 0)
-    out = [
-        ("model.embed_tokens.weight", "BF16", (V, D)),
-        ("lm_head.weight", "BF16", (V, D)),
+    out = [("model.embed_tokens.weight", "BF16", (V, D))]
+    if not tc.get("tie_word_embeddings", False):  # tied: the embedding is the head
+        out.append(("lm_head.weight", "BF16", (V, D)))
+    out += [
         ("model.norm.weight", "BF16", (D,)),
         ("model.output_attn_res_norm.weight", "BF16", (D,)),
         ("model.output_attn_res_proj.weight", "BF16", (1, D)),

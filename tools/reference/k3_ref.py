@@ -435,7 +435,8 @@ def forward(model, ids, dump=None):
     final, p = attn_res_mix(bank + [prefix], s_out, eps)
     dmp("out.mix_w", p)
     dmp("out.final", final)
-    logits = rmsnorm(final, t["model.norm.weight"], eps) @ t["lm_head.weight"].T
+    head = t["lm_head.weight"] if "lm_head.weight" in t else t["model.embed_tokens.weight"]  # tied
+    logits = rmsnorm(final, t["model.norm.weight"], eps) @ head.T
     dmp("logits", logits)
     if isinstance(dump, (str, os.PathLike)):
         dumper.write(dump)

@@ -111,7 +111,8 @@ class MLA(nn.Module):
         self.kv_a_proj_with_mqa = Linear(D, self.rkv + self.dr)
         self.kv_a_layernorm = RMSNorm(self.rkv, 1e-6)
         self.kv_b_proj = Linear(self.rkv, H * (self.dn + self.dv))
-        self.g_proj = Linear(D, H * self.dv)
+        # optional rows follow the tensor table (src/io/tensor_table.cpp)
+        self.g_proj = Linear(D, H * self.dv) if cfg.get("mla_use_output_gate", False) else None
         self.o_proj = Linear(H * self.dv, D)
 
     def forward(self, x):
@@ -128,7 +129,8 @@ class MLA(nn.Module):
         mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         s = s.masked_fill(~mask, float("-inf"))
         o = torch.einsum("bhts,bshe->bthe", s.softmax(-1), v)                  # [B,T,H,dv]
-        o = o * torch.sigmoid(self.g_proj(x).view(B, T, H, dv))
+        if self.g_proj is not None:
+            o = o * torch.sigmoid(self.g_proj(x).view(B, T, H, dv))
         return self.o_proj(o.reshape(B, T, H * dv))
 
 
@@ -167,12 +169,13 @@ class LatentMoE(nn.Module):
         self.b1, self.b2 = cfg["activation_situ_beta"], cfg["activation_situ_linear_beta"]
         self.gate = Router(D, E)
         self.routed_expert_down_proj = Linear(D, L)
-        self.routed_expert_norm = RMSNorm(L, cfg["rms_norm_eps"])
+        # optional rows follow the tensor table (src/io/tensor_table.cpp)
+        self.routed_expert_norm = RMSNorm(L, cfg["rms_norm_eps"]) if cfg.get("latent_moe_use_norm", False) else None
         self.routed_expert_up_proj = Linear(L, D)
         self.experts_w1 = nn.Parameter(torch.empty(E, I, L))   # gate
         self.experts_w3 = nn.Parameter(torch.empty(E, I, L))   # up
         self.experts_w2 = nn.Parameter(torch.empty(E, L, I))   # down
-        self.shared_experts = DenseMLP(D, S, self.b1, self.b2)
+        self.shared_experts = DenseMLP(D, S, self.b1, self.b2) if S > 0 else None
         self.qat = True
         self.last_scores = None          # detached router scores [N, E] of the last forward
         self.last_counts = None          # tokens per expert [E] of the last forward
@@ -203,11 +206,13 @@ class LatentMoE(nn.Module):
             h = situ_glu(ze @ W1[e].t(), ze @ W3[e].t(), self.b1, self.b2)
             acc = acc.index_add(0, ti, (h @ W2[e].t()) * wsorted[start:start + n, None])
             start += n
-        r = self.routed_expert_up_proj(self.routed_expert_norm(acc))
+        r = self.routed_expert_up_proj(acc if self.routed_expert_norm is None else self.routed_expert_norm(acc))
         if self.training:
             self.last_scores = s.detach()
             self.last_counts = counts
-        return (r + self.shared_experts(xf)).view(B, T, D)
+        if self.shared_experts is not None:
+            r = r + self.shared_experts(xf)
+        return r.view(B, T, D)
 
 
 class Layer(nn.Module):
