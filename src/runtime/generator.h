@@ -1,5 +1,7 @@
-// The generation loop: prefill a prompt into a sequence, then sample + decode one token at a
-// time until a stop id, the -n limit, a full context or a cancel request.
+// The generation loop of `k3 run` and `k3 chat`: prefill a prompt into a sequence, then sample +
+// decode one token at a time until a stop id, the -n limit, a full context or a cancel request.
+// The decode rules are runtime/sequence_decoder.h's (the same object decides for the Scheduler
+// of `k3 serve`); this file holds the prefill and the lone sequence's forward calls.
 #pragma once
 #include <atomic>
 #include <cstdint>
