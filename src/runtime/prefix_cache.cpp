@@ -60,7 +60,7 @@ void PrefixCache::Pin::release() {
 
 PrefixCache::PrefixCache(const Model& model, std::string fingerprint, PrefixCacheOptions opt)
     : model_(model), fingerprint_(std::move(fingerprint)), opt_(std::move(opt)) {
-  if (opt_.block_tokens < 64 || opt_.block_tokens % 64 != 0)
+  if (opt_.block_tokens < PrefillGrid::kKdaChunk || opt_.block_tokens % PrefillGrid::kKdaChunk != 0)
     throw Error("--cache-block: expected a positive multiple of 64 tokens (the KDA chunk), found " +
                 std::to_string(opt_.block_tokens));
   if (opt_.snapshot_every < 0)
