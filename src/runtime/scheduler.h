@@ -15,8 +15,8 @@
 // rules of every sequence are runtime/sequence_decoder.h, the same as generate()'s.
 //
 // Batch invariance: a sequence's prompt is cut into the same pieces as a lone
-// Model::forward/prefill call cuts it (Model::prefill_grid(): pieces of prefill_chunk from the start of the prompt),
-// and every batched kernel computes a row as it would alone, so a request's ids do not depend on
+// Model::forward/prefill call cuts it (Model::prefill_grid(): pieces of prefill_chunk from the
+// start of the prompt), and every batched kernel computes a row as it would alone, so a request's ids do not depend on
 // what else runs (tests/runtime/test_scheduler.cpp checks bit-identical logits and ids).
 #pragma once
 #include <atomic>
@@ -150,9 +150,10 @@ class Scheduler {
     /// restored by save_slot() / restore_slot(). The kept state is cut back to the prompt's
     /// exact resume point (PrefillGrid::resume_point): the prompt's end when it is a multiple
     /// of 64 (of prefill_chunk when that is not a multiple of 64), else the last such multiple
-    /// a longer prompt may resume from (PrefillGrid::max_resume, PrefixCache::lookup's rule). There the state equals a one-pass prefill's bit for
-    /// bit (the prefill stops at that point and captures the KDA state; the ids after it, the
-    /// generated ones in decode form, are dropped), so a request that extends the kept ids
+    /// a longer prompt may resume from (PrefillGrid::max_resume, PrefixCache::lookup's rule).
+    /// There the state equals a one-pass prefill's bit for bit (the prefill stops at that point
+    /// and captures the KDA state; the ids after it, the generated ones in decode form, are
+    /// dropped), so a request that extends the kept ids
     /// gives the same logits and ids as the request run alone. Costs up to one more sequence
     /// state per slot plus one KDA snapshot per running sequence (in stats().state_bytes).
     bool keep_slot_states = false;
