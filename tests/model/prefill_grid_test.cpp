@@ -91,10 +91,10 @@ std::vector<float> prefill_on_grid(const k3::Model& m, k3::SequenceState& seq, s
 }
 
 TEST(PrefillGrid, CutsTheGridAllowsAreBitIdenticalToOnePass) {
-  k3::Checkpoint ck(k3test::tiny_checkpoint("k3", 5));
+  auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("k3", 5));
   k3::ModelOptions o;
   o.prefill_chunk = 128;
-  const k3::Model m(ck, o);
+  const k3::Model m(*ck, o);
   const k3::PrefillGrid g = m.prefill_grid();
   const int64_t V = m.config().vocab_size;
   for (int n : {200, 129, 256, 70}) {
