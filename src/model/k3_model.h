@@ -14,6 +14,7 @@
 #include "io/expert_store.h"
 #include "kernels/ops.h"
 #include "kernels/q8q4_trunk.h"
+#include "model/prefill_grid.h"
 #include "model/sequence_state.h"
 
 namespace k3 {
@@ -85,6 +86,9 @@ class Model {
   explicit Model(const Checkpoint& ck, ModelOptions options = {});
   /// The options in effect (mxfp4 resolved).
   const ModelOptions& options() const;
+  /// Where this model's prefill pieces end and where a sequence resumes bit-identically
+  /// (model/prefill_grid.h), from options().prefill_chunk.
+  PrefillGrid prefill_grid() const { return PrefillGrid(options().prefill_chunk); }
   ~Model();
   const ModelConfig& config() const;
   SequenceState new_sequence() const;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "runtime/sequence_decoder.h"
 #include "runtime/speculative.h"
 #include "runtime/stats.h"
 
@@ -63,6 +64,26 @@ std::vector<float> prefill_cached(const Model& model, PrefixCache& cache, Sequen
   return logits;
 }
 
+DecodeLimits decode_limits(const GenerateOptions& opt, int64_t n_vocab) {
+  DecodeLimits lim;
+  lim.max_tokens = opt.n_predict;
+  lim.n_ctx = opt.n_ctx;
+  lim.n_vocab = n_vocab;
+  lim.stop_ids = opt.stop_ids;
+  return lim;
+}
+
+StopReason stop_reason(const SequenceDecoder& dec) {
+  switch (dec.end()) {
+    case DecodeEnd::StopId: return StopReason::StopToken;
+    case DecodeEnd::ContextFull: return StopReason::ContextFull;
+    case DecodeEnd::Cancelled: return StopReason::Cancelled;
+    case DecodeEnd::MaxTokens:
+    case DecodeEnd::None: break;
+  }
+  return StopReason::MaxTokens;
+}
+
 void check_prompt_fits(int64_t n_past, int64_t n_prompt, int64_t n_ctx) {
   if (n_prompt <= 0) throw Error("generate: the prompt is empty (expected at least 1 token)");
   if (n_past + n_prompt >= n_ctx) {
@@ -104,35 +125,26 @@ GenerateResult generate(const Model& model, SequenceState& seq, std::span<const 
     r.gen_ms = t.ms();
     return r;
   }
-  auto is_stop = [&](int32_t id) { return std::find(opt.stop_ids.begin(), opt.stop_ids.end(), id) != opt.stop_ids.end(); };
-  r.stop = StopReason::MaxTokens;
-  while (opt.n_predict < 0 || static_cast<int64_t>(r.ids.size()) < opt.n_predict) {
-    // Cancelled during prefill: nothing sampled. Later a cancel is seen after on_token(), before
-    // the next forward, so that the invariant "the last sampled id is never fed" always holds
-    // (chat keys its saved state on it).
-    if (r.ids.empty() && opt.cancel && opt.cancel->load()) {
-      r.stop = StopReason::Cancelled;
-      break;
-    }
-    const int32_t id = sampler.sample(std::span<const float>(logits.data(), static_cast<std::size_t>(n_vocab)));
-    sampler.accept(id);
-    r.ids.push_back(id);
-    if (is_stop(id)) {
-      r.stop = StopReason::StopToken;
-      r.stop_id = id;
-      break;
-    }
-    if (!on_token(id) || (opt.cancel && opt.cancel->load())) {
-      r.stop = StopReason::Cancelled;
-      break;
-    }
-    if (seq.n_past() + 1 >= opt.n_ctx) {  // the pending id takes the last free position
-      r.stop = StopReason::ContextFull;
-      break;
-    }
-    if (opt.n_predict >= 0 && static_cast<int64_t>(r.ids.size()) >= opt.n_predict) break;
+  // Plain decoding: one row per step, the emitted id fed by the next forward.
+  SequenceDecoder dec(decode_limits(opt, n_vocab), model.prefill_grid());
+  // A cancel is seen before the first id (during prefill: nothing sampled) and after each
+  // streamed id, before the next forward, so that "the last sampled id is never fed" always
+  // holds (chat keys its saved state on it).
+  if (opt.n_predict == 0)
+    dec.finish(DecodeEnd::MaxTokens);
+  else if (opt.cancel && opt.cancel->load())
+    dec.finish(DecodeEnd::Cancelled);
+  const EmitFn emit = [&](int32_t id, size_t) { return on_token(id) && !(opt.cancel && opt.cancel->load()); };
+  const Draft none;
+  while (!dec.done()) {
+    const std::span<const float> row(logits.data(), static_cast<std::size_t>(n_vocab));
+    const DecodeStep st = dec.step(sampler, std::span<const std::span<const float>>(&row, 1), none, seq.n_past(), emit);
+    r.ids.insert(r.ids.end(), st.ids.begin(), st.ids.begin() + st.n_emitted);
+    if (dec.done()) break;
     logits = model.forward(seq, std::span<const int32_t>(&r.ids.back(), 1), false);
   }
+  r.stop = stop_reason(dec);
+  r.stop_id = dec.stop_id();
   r.gen_ms = t.ms();
   return r;
 }

@@ -1,5 +1,7 @@
-// The generation loop: prefill a prompt into a sequence, then sample + decode one token at a
-// time until a stop id, the -n limit, a full context or a cancel request.
+// The generation loop of `k3 run` and `k3 chat`: prefill a prompt into a sequence, then sample +
+// decode one token at a time until a stop id, the -n limit, a full context or a cancel request.
+// The decode rules are runtime/sequence_decoder.h's (the same object decides for the Scheduler
+// of `k3 serve`); this file holds the prefill and the lone sequence's forward calls.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -13,7 +15,9 @@
 
 namespace k3 {
 
-class Speculator;  // runtime/speculative.h
+class Speculator;       // runtime/speculative.h
+class SequenceDecoder;  // runtime/sequence_decoder.h
+struct DecodeLimits;    // runtime/sequence_decoder.h
 
 /// Why generate() returned.
 enum class StopReason { StopToken, MaxTokens, ContextFull, Cancelled };
@@ -63,6 +67,12 @@ struct GenerateResult {
 /// plus whatever Model::forward throws.
 GenerateResult generate(const Model& model, SequenceState& seq, std::span<const int32_t> prompt, Sampler& sampler,
                         const GenerateOptions& opt, const std::function<bool(int32_t)>& on_token);
+
+/// The SequenceDecoder limits of generate(): max_tokens = opt.n_predict, opt.n_ctx, `n_vocab`
+/// (the resolved sampling range), opt.stop_ids.
+DecodeLimits decode_limits(const GenerateOptions& opt, int64_t n_vocab);
+/// generate()'s StopReason for a decoder's end (StopId -> StopToken; an open decoder -> MaxTokens).
+StopReason stop_reason(const SequenceDecoder& dec);
 
 /// Throws the k3::Error generate() throws when a prompt of n_prompt ids does not fit after
 /// n_past ids in a context of n_ctx (n_past + n_prompt >= n_ctx), or is empty — so a caller can

@@ -59,7 +59,7 @@ void PrefixCache::Pin::release() {
 
 PrefixCache::PrefixCache(const Model& model, std::string fingerprint, PrefixCacheOptions opt)
     : model_(model), fingerprint_(std::move(fingerprint)), opt_(std::move(opt)) {
-  if (opt_.block_tokens < 64 || opt_.block_tokens % 64 != 0)
+  if (opt_.block_tokens < PrefillGrid::kKdaChunk || opt_.block_tokens % PrefillGrid::kKdaChunk != 0)
     throw Error("--cache-block: expected a positive multiple of 64 tokens (the KDA chunk), found " +
                 std::to_string(opt_.block_tokens));
   if (opt_.snapshot_every < 0)
@@ -202,8 +202,7 @@ std::vector<int64_t> PrefixCache::snapshot_points(int64_t n_prompt) const {
   std::vector<int64_t> pts;
   const int64_t B = opt_.block_tokens, every = snapshot_every_ * B;
   // No cut may leave a lone last id the one-pass prefill would run inside a longer piece.
-  const int64_t chunk = model_.options().prefill_chunk;
-  const int64_t max_end = n_prompt < 2 ? 0 : ((n_prompt - 1) % chunk == 0 ? n_prompt - 1 : n_prompt - 2);
+  const int64_t max_end = model_.prefill_grid().max_resume(n_prompt);
   for (int64_t p = every; p <= max_end; p += every) pts.push_back(p);
   const int64_t replay = (max_end / B) * B;  // where lookup() of this prompt (or an extension) can resume
   if (replay > 0 && (pts.empty() || pts.back() != replay)) pts.push_back(replay);
@@ -226,8 +225,7 @@ int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* stat
   // exactly one id would run it alone (absorbed MLA, KDA decode step) where a one-pass prefill
   // runs it inside a longer piece, unless n-1 is on the prefill-chunk grid: then keep two, so
   // that the pieces compute every row as the one-pass prefill does (bit-identical).
-  const int64_t chunk = model_.options().prefill_chunk;
-  const int64_t max_end = n < 2 ? 0 : ((n - 1) % chunk == 0 ? n - 1 : n - 2);
+  const int64_t max_end = model_.prefill_grid().max_resume(n);
   const int64_t max_blocks = max_end / B;
   chain.reserve(static_cast<size_t>(max_blocks));
   try {

@@ -9,9 +9,14 @@
 // Options::speculation, a decoding sequence may instead contribute a window [pending, drafts]
 // verified in the same forward and rolled back to the accepted ids (see Speculation).
 //
+// Files: scheduler.cpp (the queue, the engine loop and one step), scheduler_admission.cpp
+// (slot choice, cache resume, kept slot states: allocation and state copies outside the lock),
+// scheduler_batch.cpp (the batch of one step: decode rows, drafts, prefill pieces). The decode
+// rules of every sequence are runtime/sequence_decoder.h, the same as generate()'s.
+//
 // Batch invariance: a sequence's prompt is cut into the same pieces as a lone
-// Model::forward/prefill call cuts it (ModelOptions::prefill_chunk from the start of the prompt),
-// and every batched kernel computes a row as it would alone, so a request's ids do not depend on
+// Model::forward/prefill call cuts it (Model::prefill_grid(): pieces of prefill_chunk from the
+// start of the prompt), and every batched kernel computes a row as it would alone, so a request's ids do not depend on
 // what else runs (tests/runtime/test_scheduler.cpp checks bit-identical logits and ids).
 #pragma once
 #include <atomic>
@@ -117,6 +122,9 @@ struct SchedulerStats {
   uint64_t spec_verifies_total = 0; ///< speculative verify entries (a window of >= 1 draft id)
   uint64_t spec_drafted_total = 0;  ///< draft ids verified
   uint64_t spec_accepted_total = 0; ///< draft ids accepted (emitted)
+  /// Errors the engine absorbed and went on without the failed part (a kept-state capture or
+  /// cut, a prefix-cache store, a drafter's proposal); each is also a line to Options::log.
+  uint64_t absorbed_errors_total = 0;
 };
 
 /// Thrown by submit() when the queue is full (the server answers 429).
@@ -140,11 +148,12 @@ class Scheduler {
     /// llama-server's slot prompt cache: each slot keeps the state of the last sequence that
     /// ran in it, continued by a later request whose prompt extends those ids, and saved /
     /// restored by save_slot() / restore_slot(). The kept state is cut back to the prompt's
-    /// exact resume point: the prompt's end when it is a multiple of 64 (of prefill_chunk when
-    /// that is not a multiple of 64), else the last such multiple a longer prompt may resume
-    /// from (PrefixCache::lookup's rule). There the state equals a one-pass prefill's bit for
-    /// bit (the prefill stops at that point and captures the KDA state; the ids after it, the
-    /// generated ones in decode form, are dropped), so a request that extends the kept ids
+    /// exact resume point (PrefillGrid::resume_point): the prompt's end when it is a multiple
+    /// of 64 (of prefill_chunk when that is not a multiple of 64), else the last such multiple
+    /// a longer prompt may resume from (PrefillGrid::max_resume, PrefixCache::lookup's rule).
+    /// There the state equals a one-pass prefill's bit for bit (the prefill stops at that point
+    /// and captures the KDA state; the ids after it, the generated ones in decode form, are
+    /// dropped), so a request that extends the kept ids
     /// gives the same logits and ids as the request run alone. Costs up to one more sequence
     /// state per slot plus one KDA snapshot per running sequence (in stats().state_bytes).
     bool keep_slot_states = false;
@@ -152,7 +161,8 @@ class Scheduler {
     /// called once per admitted request (on the engine thread) and returns that sequence's
     /// drafter (prompt lookup, or a draft model with its own state), or null for none. Each
     /// step, a slot whose drafter proposes >= max(1, spec.draft_min) ids (at most
-    /// spec.draft_max, capped by max_tokens, the context and prefill_chunk - 1) feeds
+    /// spec.draft_max, capped by SequenceDecoder::draft_cap: max_tokens, the context and
+    /// prefill_chunk - 1; cut before an id outside the vocabulary) feeds
     /// [pending id, d_1 .. d_k] as one decode-form entry (BatchEntry::per_token, bit-identical
     /// rows to k + 1 one-token steps) of the same forward_batch as the other slots;
     /// accept_drafts() with the slot's sampler picks the emitted ids, each streamed with plain
@@ -167,6 +177,10 @@ class Scheduler {
       uint64_t drafter_bytes = 0;
     };
     std::optional<Speculation> speculation = std::nullopt;
+    /// Receives one line (no trailing newline) for each error the engine absorbs and goes on
+    /// from (SchedulerStats::absorbed_errors_total), e.g. "scheduler: prefix-cache store
+    /// failed: ...". Called on the engine thread; may be empty (the line is dropped).
+    std::function<void(const std::string&)> log;
   };
 
   /// What save_slot() / restore_slot() / erase_slot() did.
@@ -226,14 +240,29 @@ class Scheduler {
   void engine_loop();
   /// Ends every queued request whose handle was cancelled (caller holds mu_).
   void drop_cancelled_locked();
+  /// One engine step over the running slots: cancellations, the batch, one forward_batch, then
+  /// each sequence's rows through its SequenceDecoder (stream, end, roll back).
   void step(std::vector<std::unique_ptr<Slot>>& slots);
+  /// Starts a popped request in a free slot id and appends it to `slots` (scheduler_admission.cpp):
+  /// the slot id is chosen under mu_, the state allocated, resumed from the prefix cache or the
+  /// slot's kept state and reserved outside it. A failure ends the request with an error event.
+  void admit(Pending p, std::vector<std::unique_ptr<Slot>>& slots);
+  /// The batch of one step (scheduler_batch.cpp): each decoding slot's pending id (with its
+  /// drafts), then prompt pieces on the model's prefill grid under the step budget. who[i] =
+  /// the index in `slots` of batch[i]'s sequence.
+  void build_batch(std::vector<std::unique_ptr<Slot>>& slots, std::vector<BatchEntry>& batch, std::vector<size_t>& who);
   /// Fills s.draft with this step's drafts (none when the caps or --draft-min leave no room).
   void propose_drafts(Slot& s);
-  /// A sequence ends: its slot id is free again, and its state is kept (keep_slot_states).
+  /// A sequence ends: its slot id is free again, and its state is kept (keep_slot_states); the
+  /// cut back to the exact resume point happens outside mu_.
   void retire(Slot& s);
+  /// Counts an absorbed error (SchedulerStats::absorbed_errors_total) and logs `what`.
+  void absorbed(const std::string& what);
   struct Kept {
     std::vector<int32_t> ids;               ///< the ids the state holds
-    std::optional<SequenceState> state;
+    /// Shared so that save_slot() writes it outside mu_ without a copy; admission copies it
+    /// only while a save still holds it.
+    std::shared_ptr<SequenceState> state;
     uint64_t partition = 0;                 ///< SeqRequest::cache_partition of its sequence
   };
   std::vector<Kept> kept_;    ///< [n_parallel] (guarded by mu_)

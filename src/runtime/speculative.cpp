@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "runtime/sequence_decoder.h"
 #include "runtime/stats.h"
 
 namespace k3 {
@@ -123,49 +124,30 @@ void Speculator::decode(const Model& model, SequenceState& seq, std::span<const 
     drafter_->reset();
   }
   history_.insert(history_.end(), prompt.begin(), prompt.end());
-  auto is_stop = [&](int32_t id) { return std::find(opt.stop_ids.begin(), opt.stop_ids.end(), id) != opt.stop_ids.end(); };
+  // The decode rules (stop, stream, context, length, draft caps, rollback): one SequenceDecoder.
+  SequenceDecoder dec(decode_limits(opt, n_vocab), model.prefill_grid());
   r.stop = StopReason::MaxTokens;
   if (opt.n_predict == 0) return;
   if (opt.cancel && opt.cancel->load()) {
     r.stop = StopReason::Cancelled;
     return;
   }
-  // Emits one id through plain decoding's checks; `n_fed` = ids the state would hold with the
-  // id pending. Returns false when generation ends.
-  auto emit = [&](int32_t id, int64_t n_fed) {
-    r.ids.push_back(id);
-    ++stats_.emitted;
-    if (is_stop(id)) {
-      r.stop = StopReason::StopToken;
-      r.stop_id = id;
-      return false;
-    }
-    if (!on_token(id) || (opt.cancel && opt.cancel->load())) {
-      r.stop = StopReason::Cancelled;
-      return false;
-    }
-    if (n_fed + 1 >= opt.n_ctx) {
-      r.stop = StopReason::ContextFull;
-      return false;
-    }
-    if (opt.n_predict >= 0 && static_cast<int64_t>(r.ids.size()) >= opt.n_predict) return false;
-    return true;
+  const EmitFn emit = [&](int32_t id, size_t) { return on_token(id) && !(opt.cancel && opt.cancel->load()); };
+  auto take = [&](const DecodeStep& st) {
+    r.ids.insert(r.ids.end(), st.ids.begin(), st.ids.begin() + st.n_emitted);
+    r.stop = stop_reason(dec);
+    r.stop_id = dec.stop_id();
   };
   // The first id comes from the prefill's row, as in plain decoding.
-  const int32_t first = sampler.sample(std::span<const float>(logits.data(), static_cast<size_t>(n_vocab)));
-  sampler.accept(first);
-  --stats_.emitted;  // counted by the verifies only
-  if (!emit(first, seq.n_past())) return;
+  {
+    const std::span<const float> row(logits.data(), static_cast<size_t>(n_vocab));
+    take(dec.step(sampler, std::span<const std::span<const float>>(&row, 1), Draft{}, seq.n_past(), emit));
+  }
   std::vector<int32_t> window, ctx;
   std::vector<std::span<const float>> rows;
-  const int64_t chunk = model.options().prefill_chunk;
-  for (;;) {
+  while (!dec.done()) {
     const int32_t t0 = r.ids.back();
-    const int64_t n_past0 = seq.n_past();
-    // Caps: the emitted ids (<= k + 1) stay within -n, the fed window within the context.
-    int64_t k = opt_.draft_max;
-    if (opt.n_predict >= 0) k = std::min<int64_t>(k, opt.n_predict - static_cast<int64_t>(r.ids.size()) - 1);
-    k = std::min<int64_t>({k, opt.n_ctx - 2 - n_past0, chunk - 1});
+    const int64_t k = dec.draft_cap(seq.n_past(), opt_.draft_max);
     Draft draft;
     if (k >= std::max<int64_t>(1, opt_.draft_min)) {
       Timer td;
@@ -173,15 +155,7 @@ void Speculator::decode(const Model& model, SequenceState& seq, std::span<const 
       ctx.push_back(t0);
       draft = drafter_->propose(ctx, k);
       stats_.draft_ms += td.ms();
-      if (static_cast<int64_t>(draft.ids.size()) > k) {
-        draft.ids.resize(static_cast<size_t>(k));
-        if (!draft.q.empty()) draft.q.resize(static_cast<size_t>(k));
-      }
-      for (int32_t id : draft.ids)
-        if (id < 0 || id >= n_vocab)
-          throw Error("speculative: drafter " + drafter_->name() + " proposed id " + std::to_string(id) +
-                      " outside [0, " + std::to_string(n_vocab) + ")");
-      if (static_cast<int64_t>(draft.ids.size()) < opt_.draft_min) draft = {};
+      dec.cap_draft(draft, k, opt_.draft_min);
     }
     const int64_t nd = static_cast<int64_t>(draft.ids.size());
     window.assign(1, t0);
@@ -194,28 +168,19 @@ void Speculator::decode(const Model& model, SequenceState& seq, std::span<const 
     rows.clear();
     for (int64_t i = 0; i <= nd; ++i)
       rows.emplace_back(all.data() + i * vocab, static_cast<size_t>(n_vocab));
-    const std::vector<int32_t> out = accept_drafts(sampler, rows, draft, is_stop);
+    const DecodeStep st = dec.step(sampler, rows, draft, seq.n_past(), emit);
     stats_.verify_ms += tv.ms();
     ++stats_.verifies;
     stats_.drafted += nd;
-    stats_.accepted += static_cast<int64_t>(out.size()) - 1;
-    if (!out.empty() && is_stop(out.back()) && static_cast<int64_t>(out.size()) <= nd &&
-        out.back() == draft.ids[out.size() - 1])
-      ++stats_.accepted;  // stopped on an accepted stop id: no correction id
-    // Emit; keep = window ids the state must hold (all before the last emitted id).
-    int64_t keep = 0;
-    bool go = true;
-    for (size_t m = 0; m < out.size() && go; ++m) {
-      keep = static_cast<int64_t>(m) + 1;
-      go = emit(out[m], n_past0 + keep);
-    }
-    if (keep < nd + 1) {
+    stats_.accepted += st.accepted;
+    stats_.emitted += st.n_emitted;
+    if (st.needs_rollback()) {
       Timer tr;
-      seq.rollback_to(steps_, steps_.first() + keep - 1);
+      rollback_verify(seq, steps_, st);
       stats_.rollback_ms += tr.ms();
     }
-    history_.insert(history_.end(), window.begin(), window.begin() + keep);
-    if (!go) return;
+    history_.insert(history_.end(), window.begin(), window.begin() + st.keep());
+    take(st);
   }
 }
 

@@ -84,9 +84,11 @@ class Speculator {
   /// Throws opt.validate()'s errors or for a null drafter.
   Speculator(std::unique_ptr<Drafter> drafter, SpecOptions opt);
   ~Speculator();
-  /// generate()'s decode loop (same contract, same stop/limit/cancel semantics; called after
-  /// the prompt is prefilled and accepted by the sampler): `logits` = the prefill's last row.
-  /// Fills r.ids / r.stop / r.stop_id.
+  /// generate()'s decode loop (same contract; called after the prompt is prefilled and
+  /// accepted by the sampler): `logits` = the prefill's last row. The stop / stream / context /
+  /// length rules, the draft caps and the rollback are SequenceDecoder's
+  /// (runtime/sequence_decoder.h), as in plain decoding and the Scheduler: a proposal is cut to
+  /// draft_cap() ids and before an id outside [0, n_vocab). Fills r.ids / r.stop / r.stop_id.
   void decode(const Model& model, SequenceState& seq, std::span<const int32_t> prompt, Sampler& sampler,
               const GenerateOptions& opt, std::vector<float> logits,
               const std::function<bool(int32_t)>& on_token, GenerateResult& r);

@@ -37,4 +37,13 @@ TEST(Metrics, RendersGaugesCountersAndCumulativeHistograms) {
   EXPECT_TRUE(has("# TYPE k3:inter_token_latency_seconds histogram"));
 }
 
+TEST(Metrics, RendersTheEngineAbsorbedErrorCounter) {
+  k3::server::Metrics m;
+  k3::SchedulerStats s;
+  s.absorbed_errors_total = 4;
+  const std::string t = m.render(s, "k3-mini");
+  EXPECT_NE(t.find("# TYPE k3:engine_absorbed_errors_total counter\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("k3:engine_absorbed_errors_total{model_name=\"k3-mini\"} 4\n"), std::string::npos) << t;
+}
+
 }  // namespace

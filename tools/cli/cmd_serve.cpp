@@ -184,6 +184,7 @@ void serve(const ServeOptions& o) {
   so.n_ctx = o.gen.n_ctx;
   so.max_queue = o.queue;
   so.step_tokens = o.gen.n_batch;
+  so.log = [](const std::string& line) { std::fprintf(stderr, "k3 serve: %s\n", line.c_str()); };
   // The prefix cache is shared by every slot and outlives the scheduler (its destructor writes
   // the RAM blocks to --cache-dir, so a restart is served from there).
   const std::unique_ptr<k3::PrefixCache> cache = o.cache.make(lm);

@@ -88,6 +88,9 @@ std::string Metrics::render(const SchedulerStats& s, const std::string& model, c
         static_cast<double>(s.spec_drafted_total));
   gauge("spec_accepted_total", "counter", "Draft ids accepted by speculative decoding.",
         static_cast<double>(s.spec_accepted_total));
+  gauge("engine_absorbed_errors_total", "counter",
+        "Errors the engine logged and went on from (kept-state capture, prefix-cache store, drafter).",
+        static_cast<double>(s.absorbed_errors_total));
   if (cache != nullptr) {  // vLLM's prefix_cache_queries / prefix_cache_hits count tokens
     const auto d = [](uint64_t v) { return static_cast<double>(v); };
     gauge("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", d(cache->tokens_looked_up));
