@@ -1,4 +1,4 @@
-// ISA selection (cpuid + K3_ISA override) and the thread helper.
+// ISA selection (the registry: cpuid, names, select_isa for K3_ISA / --k3-isa) and the thread helper.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,17 +18,17 @@ TEST(Dispatch, NamesAndEnvOverride) {
   for (k3::Isa i : {k3::Isa::Scalar, k3::Isa::Avx2, k3::Isa::Avx512})
     EXPECT_EQ(k3::isa_from_name(k3::isa_name(i)), i);
   EXPECT_THROW(k3::isa_from_name("sse9"), k3::Error);
-  EXPECT_EQ(k3::isa_from_env(nullptr), isas.back());
-  EXPECT_EQ(k3::isa_from_env(""), isas.back());
-  EXPECT_EQ(k3::isa_from_env("scalar"), k3::Isa::Scalar);
-  EXPECT_THROW(k3::isa_from_env("neon"), k3::Error);
+  EXPECT_EQ(k3::select_isa(std::string_view()), isas.back());
+  EXPECT_EQ(k3::select_isa(""), isas.back());
+  EXPECT_EQ(k3::select_isa("scalar"), k3::Isa::Scalar);
+  EXPECT_THROW(k3::select_isa("neon"), k3::Error);
   for (k3::Isa i : {k3::Isa::Avx2, k3::Isa::Avx512}) {
     if (k3::isa_supported(i)) {
-      EXPECT_EQ(k3::isa_from_env(k3::isa_name(i)), i);
+      EXPECT_EQ(k3::select_isa(k3::isa_name(i)), i);
       EXPECT_STREQ(k3::kernels_for(i).isa_name, k3::isa_name(i));
     } else {  // refused with a clear message
       try {
-        k3::isa_from_env(k3::isa_name(i));
+        k3::select_isa(k3::isa_name(i));
         ADD_FAILURE();
       } catch (const k3::Error& e) {
         EXPECT_NE(std::string(e.what()).find("not supported on this CPU"), std::string::npos);
