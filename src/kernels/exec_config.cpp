@@ -9,8 +9,11 @@
 
 namespace k3 {
 
+namespace detail {
+constinit thread_local const ExecContext* tl_exec_context = nullptr;
+}  // namespace detail
+
 namespace {
-thread_local const ExecContext* tl_ctx = nullptr;
 
 // The process default. Function-local statics: models may be built during static initialization.
 struct Defaults {
@@ -97,17 +100,10 @@ const ExecContext& default_exec_context() {
   return *d.current.load(std::memory_order_relaxed);
 }
 
-const ExecContext& exec_context() {
-  const ExecContext* c = tl_ctx;
-  return c != nullptr ? *c : default_exec_context();
+ExecScope::ExecScope(const ExecContext& ctx) : prev_(detail::tl_exec_context) {
+  detail::tl_exec_context = &ctx;
 }
-
-ExecScope::ExecScope(const ExecContext& ctx) : prev_(tl_ctx) { tl_ctx = &ctx; }
-ExecScope::~ExecScope() { tl_ctx = prev_; }
-
-namespace detail {
-const ExecContext* installed_exec_context() { return tl_ctx; }
-}  // namespace detail
+ExecScope::~ExecScope() { detail::tl_exec_context = prev_; }
 
 Numerics numerics_mode() { return exec_context().numerics; }
 

@@ -61,8 +61,21 @@ ExecContext resolve_exec_config(const ExecConfig& c);
 /// -> Int8 (numerics.h describes the modes).
 Mxfp4Path numerics_mxfp4_path(Numerics n);
 
-/// The calling thread's context: the innermost ExecScope's, else the process default.
-const ExecContext& exec_context();
+namespace detail {
+/// The calling thread's installed context or null (ExecScope sets it; parallel_for carries it
+/// into its workers). Constant-initialized, so reading it is one thread-local load.
+extern constinit thread_local const ExecContext* tl_exec_context;
+}  // namespace detail
+
+/// The process default context (default_exec_config() resolved).
+const ExecContext& default_exec_context();
+
+/// The calling thread's context: the innermost ExecScope's, else the process default. Inline:
+/// k3::vec calls it once per primitive.
+inline const ExecContext& exec_context() {
+  const ExecContext* c = detail::tl_exec_context;
+  return c != nullptr ? *c : default_exec_context();
+}
 
 /// Replaces the process default: what unset fields of a config resolve to (a model's
 /// ModelOptions::exec), and the context of threads without a scope (kernel-level callers: tests,
@@ -72,8 +85,6 @@ const ExecContext& exec_context();
 void set_default_exec_config(const ExecConfig& c);
 /// The process default config as given (initially ExecConfig{}: every field unset).
 ExecConfig default_exec_config();
-/// The process default context (default_exec_config() resolved).
-const ExecContext& default_exec_context();
 
 /// Installs `ctx` as the calling thread's context until destruction (then the previous one is
 /// back). `ctx` must outlive the scope. Not copyable or movable.
@@ -87,10 +98,5 @@ class ExecScope {
  private:
   const ExecContext* prev_;
 };
-
-namespace detail {
-/// The calling thread's installed context or null (parallel_for carries it into its workers).
-const ExecContext* installed_exec_context();
-}  // namespace detail
 
 }  // namespace k3

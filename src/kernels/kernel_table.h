@@ -101,11 +101,11 @@ struct KernelTable {
   // kda_decode_impl.h are the one source every ISA compiles). Heads [h0, h1) only.
   /// Chunkwise KDA (algorithms.md §1.3) for heads [h0, h1); work: Workspace::floats(chunk, K, V)
   /// floats (kda_chunk_impl.h), owned by the caller.
-  void (*kda_chunk_heads)(int h0, int h1, int t, int h, int k, int v, const float* q, const float* kk,
-                          const float* vv, const float* g, const float* beta, float* state, float* out,
+  void (*kda_chunk_heads)(int h0, int h1, int T, int H, int K, int V, const float* q, const float* k,
+                          const float* v, const float* g, const float* beta, float* state, float* out,
                           int chunk, float* work);
   /// One KDA decode step (algorithms.md §1.2) for heads [h0, h1); scratch: V + K floats.
-  void (*kda_decode_heads)(int h0, int h1, int k, int v, const float* q, const float* kk, const float* vv,
+  void (*kda_decode_heads)(int h0, int h1, int K, int V, const float* q, const float* k, const float* v,
                            const float* g, const float* beta, float* state, float* out, float* scratch);
 
   /// Rows [r0, r1) of Y = X·Wᵀ on a q8/q4 trunk matrix (q8q4_trunk.h), all T tokens, Y row stride ldy.
