@@ -43,10 +43,10 @@ const char* isa_name(Isa isa) {
   return i != nullptr ? i->name : "?";
 }
 
-Isa isa_from_name(std::string_view s) {
+Isa isa_from_name(std::string_view s, std::string_view what) {
   for (const IsaInfo& i : kRegistry)
     if (s == i.name) return i.isa;
-  throw Error("unknown ISA '" + std::string(s) + "' (K3_ISA / the ISA must be one of: " + all_names() + ")");
+  throw Error("unknown ISA '" + std::string(s) + "' (" + std::string(what) + " must be one of: " + all_names() + ")");
 }
 
 bool isa_supported(Isa isa) {
@@ -65,7 +65,7 @@ Isa best_isa() { return supported_isas().back(); }
 
 Isa select_isa(std::string_view name, std::string_view what) {
   if (name.empty()) return best_isa();
-  const Isa isa = isa_from_name(name);
+  const Isa isa = isa_from_name(name, what);
   if (!isa_supported(isa))
     throw Error(std::string(what) + "=" + std::string(name) + ": ISA not supported on this CPU (supported: " +
                 supported_list() + ")");

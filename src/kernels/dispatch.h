@@ -26,8 +26,9 @@ std::span<const IsaInfo> isa_registry();
 
 /// "scalar", "avx2", "avx512".
 const char* isa_name(Isa isa);
-/// Parses an ISA name; throws k3::Error listing the valid names.
-Isa isa_from_name(std::string_view s);
+/// Parses an ISA name; throws k3::Error listing the valid names ("unknown ISA 'neon' (K3_ISA
+/// must be one of: scalar, avx2, avx512)", `what` naming the flag or variable).
+Isa isa_from_name(std::string_view s, std::string_view what = "the ISA");
 /// ISAs this CPU can run, scalar first (all are always compiled on x86-64).
 std::vector<Isa> supported_isas();
 /// True when this CPU can run `isa`.

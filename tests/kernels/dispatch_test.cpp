@@ -3,10 +3,13 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu_features.h"
+#include "kernels/dispatch.h"
 #include "kernels/threads.h"
 
 namespace {
@@ -39,6 +42,33 @@ TEST(Dispatch, NamesAndEnvOverride) {
   std::printf("[kernels] active ISA: %s\n", k3::isa_name(k3::active_isa()));
   EXPECT_TRUE(k3::isa_supported(k3::active_isa()));
   EXPECT_EQ(k3::cpu_features().avx512, k3::isa_supported(k3::Isa::Avx512));
+}
+
+TEST(Dispatch, OneRegistryNamesDetectsAndTables) {
+  const auto reg = k3::isa_registry();
+  ASSERT_FALSE(reg.empty());
+  EXPECT_EQ(reg.front().isa, k3::Isa::Scalar);
+  std::vector<k3::Isa> supported;
+  for (size_t i = 0; i < reg.size(); ++i) {
+    EXPECT_STREQ(k3::isa_name(reg[i].isa), reg[i].name);
+    for (size_t j = 0; j < i; ++j) EXPECT_STRNE(reg[i].name, reg[j].name);
+    EXPECT_EQ(reg[i].supported(), k3::isa_supported(reg[i].isa));
+    if (!reg[i].supported()) continue;
+    supported.push_back(reg[i].isa);
+    EXPECT_STREQ(reg[i].table().isa_name, reg[i].name);
+    EXPECT_EQ(&reg[i].table(), &k3::kernels_for(reg[i].isa));
+    EXPECT_NE(reg[i].table().kda_chunk_heads, nullptr);
+    EXPECT_NE(reg[i].table().kda_decode_heads, nullptr);
+    EXPECT_NE(reg[i].table().quant_rows, nullptr);
+  }
+  EXPECT_EQ(supported, k3::supported_isas());
+  EXPECT_EQ(k3::best_isa(), supported.back());
+  try {
+    (void)k3::select_isa("neon", "K3_ISA");
+    ADD_FAILURE();
+  } catch (const k3::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("K3_ISA must be one of: scalar, avx2, avx512"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Threads, ParallelForCoversRangeOnceAndRethrows) {
