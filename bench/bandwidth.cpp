@@ -21,6 +21,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/read_bandwidth.h"
 #include "kernels/threads.h"
+#include "tools/exec_env.h"
 
 namespace {
 
@@ -57,6 +58,7 @@ double stream_like(uint64_t bytes, bool huge, int threads, int passes) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   uint64_t mb = 1024;
   int passes = 7, rounds = 3;
   for (int i = 1; i < argc; ++i) {

@@ -22,6 +22,7 @@
 #include "kernels/threads.h"
 #include "model/k3_model.h"
 #include "runtime/scheduler.h"
+#include "tools/exec_env.h"
 
 namespace {
 
@@ -98,6 +99,7 @@ Run run(const k3::Model& m, int64_t n_parallel, const std::vector<k3::SeqRequest
 }  // namespace
 
 int main(int argc, char** argv) try {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s MODEL_DIR [--streams 1,2,4,8,16,32] [--prompt N] [--decode N] "
                          "[--threads N] [--mixed R] [--mixed-prompt N]\n", argv[0]);

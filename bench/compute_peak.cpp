@@ -14,6 +14,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/threads.h"
+#include "tools/exec_env.h"
 
 namespace {
 
@@ -66,6 +67,7 @@ double run(int threads, float (*fn)(), int lanes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   int runs = 5;
   for (int i = 1; i + 1 < argc; i += 2)
     if (std::string(argv[i]) == "--runs") runs = std::max(1, std::atoi(argv[i + 1]));

@@ -16,6 +16,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 #include "kernels/threads.h"
+#include "tools/exec_env.h"
 
 namespace {
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -26,6 +27,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   int samples = 15;
   for (int i = 1; i + 1 < argc; i += 2)
     if (std::string(argv[i]) == "--samples") samples = std::max(1, std::atoi(argv[i + 1]));

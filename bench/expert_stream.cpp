@@ -27,6 +27,7 @@
 #include "io/expert_store.h"
 #include "kernels/threads.h"
 #include "model/k3_model.h"
+#include "tools/exec_env.h"
 
 namespace {
 
@@ -36,6 +37,7 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 }  // namespace
 
 int main(int argc, char** argv) {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   CLI::App app{"k3 expert streaming benchmark (issue 13)"};
   std::string dir;
   int n_gen = 12, warmup = 2, io_threads = 16, threads = 0;

@@ -19,6 +19,7 @@
 
 #if defined(__x86_64__)
 #include "kernels/avx512/avx512_kernels.h"
+#include "tools/exec_env.h"
 #endif
 
 namespace {
@@ -30,6 +31,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   std::vector<int64_t> tokens = {1, 2, 4, 8, 16, 32};
   int reps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {

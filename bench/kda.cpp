@@ -23,6 +23,7 @@
 #include "kernels/kda_decode.h"
 #include "kernels/kda_recurrent.h"
 #include "kernels/threads.h"
+#include "tools/exec_env.h"
 
 namespace {
 
@@ -160,6 +161,7 @@ void run_shape(int H, int T_pre, int T_rec, int reps, bool single_thread) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   const int T_pre = argc > 1 ? std::atoi(argv[1]) : 2048;
   const int T_rec = argc > 2 ? std::atoi(argv[2]) : 128;
   const int reps = argc > 3 ? std::atoi(argv[3]) : 3;

@@ -29,6 +29,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/read_bandwidth.h"
 #include "kernels/threads.h"
+#include "tools/exec_env.h"
 
 // Defined in src/kernels/avx2/gemm_bf16.cpp (the two paths of k3::avx2::gemm_bf16; contract as
 // KernelTable::gemm_bf16). Only called when the CPU has AVX2 + FMA.
@@ -235,6 +236,7 @@ void mxfp4_paths_table(int reps) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   int reps = 5;
   std::vector<int> threads{1, std::max(1, k3::num_threads())};
   uint64_t probe_mb = 1024;

@@ -15,6 +15,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/threads.h"
 #include "model/k3_model.h"
+#include "tools/exec_env.h"
 
 namespace {
 
@@ -51,6 +52,7 @@ Speed measure(const k3::Model& m, int n_prompt, int n_decode) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s MODEL_DIR [--prompt N] [--decode N] [--runs R] "
                          "[--kernels fast|ref|both] [--chunk C] [--threads N]\n", argv[0]);
@@ -77,7 +79,7 @@ int main(int argc, char** argv) try {
   for (const char* kname : {"ref", "fast"}) {
     if (which != "both" && which != kname) continue;
     k3::ModelOptions o;
-    o.kernels = std::strcmp(kname, "ref") == 0 ? k3::ModelKernels::Reference : k3::ModelKernels::Fast;
+    o.exec.kernels = std::strcmp(kname, "ref") == 0 ? k3::ModelKernels::Reference : k3::ModelKernels::Fast;
     o.prefill_chunk = chunk;
     const k3::Model m(*ck, o);
     std::vector<double> pre, dec;
@@ -91,8 +93,8 @@ int main(int argc, char** argv) try {
     const double p = median(pre), d = median(dec);
     std::printf("%-4s (mxfp4 %s) median: prefill %10.1f tok/s  decode %8.1f tok/s  "
                 "prefill-per-token speedup over decode-per-token %.1fx\n",
-                kname, o.kernels == k3::ModelKernels::Fast
-                           ? (*m.options().mxfp4 == k3::Mxfp4Path::Int8 ? "int8" : "exact") : "ref",
+                kname, o.exec.kernels.value_or(k3::ModelKernels::Fast) == k3::ModelKernels::Fast
+                           ? (*m.options().exec.mxfp4 == k3::Mxfp4Path::Int8 ? "int8" : "exact") : "ref",
                 p, d, p / d);
   }
   return 0;

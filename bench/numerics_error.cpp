@@ -21,6 +21,7 @@
 #include "kernels/ops.h"
 #include "model/k3_model.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/exec_env.h"
 
 namespace {
 
@@ -41,6 +42,7 @@ double perplexity(const std::vector<float>& logits, const std::vector<int32_t>& 
 }  // namespace
 
 int main(int argc, char** argv) {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   CLI::App app{"numerics modes' error vs the exact mode"};
   std::string dir, file;
   int64_t n_tokens = 100000;
@@ -57,9 +59,9 @@ int main(int argc, char** argv) {
     if (static_cast<int64_t>(ids.size()) > n_tokens) ids.resize(static_cast<size_t>(n_tokens));
     const int64_t T = static_cast<int64_t>(ids.size());
     auto run = [&](k3::Numerics n, std::optional<k3::Mxfp4Path> experts) {
-      k3::force_numerics_mode(n);
       k3::ModelOptions mo;
-      mo.mxfp4 = experts ? *experts : k3::default_mxfp4_path();
+      mo.exec.numerics = n;
+      mo.exec.mxfp4 = experts ? *experts : k3::numerics_mxfp4_path(n);
       const k3::Model m(*ck, mo);
       auto s = m.new_sequence();
       return m.forward(s, ids, true);
@@ -99,8 +101,7 @@ int main(int argc, char** argv) {
         mx = std::max(mx, e);
         agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
       }
-      k3::force_numerics_mode(r.n);
-      const k3::Mxfp4Path ep = r.experts ? *r.experts : k3::default_mxfp4_path();
+      const k3::Mxfp4Path ep = r.experts ? *r.experts : k3::numerics_mxfp4_path(r.n);
       std::printf("| %s | %s | %s | %.4f | %.2e | %.2e | %.2f%% |\n", r.name,
                   r.n == k3::Numerics::Bf16 ? "bf16" : "fp32", k3::mxfp4_path_name(ep),
                   perplexity(got, ids, V), sum / static_cast<double>(T), mx,

@@ -20,6 +20,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/mxfp8.h"
 #include "kernels/ops.h"
+#include "tools/exec_env.h"
 
 namespace {
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -41,6 +42,7 @@ double time_it(int reps, const F& f) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   std::vector<int64_t> tokens = {1, 16, 64, 128, 512};
   int reps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {

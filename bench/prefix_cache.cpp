@@ -28,6 +28,7 @@
 #include "runtime/generator.h"
 #include "runtime/model_fingerprint.h"
 #include "runtime/prefix_cache.h"
+#include "tools/exec_env.h"
 
 namespace {
 
@@ -53,6 +54,7 @@ int64_t arg(int argc, char** argv, const char* name, int64_t def) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   if (argc < 2) {
     std::fprintf(stderr, "usage: k3_bench_prefix_cache MODEL_DIR [--turns 10] [--system 512] [--user 96] "
                          "[--answer 16] [--block 256] [--threads 2] [--state-file F]\n");

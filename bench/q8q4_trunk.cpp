@@ -15,8 +15,10 @@
 #include "kernels/ops.h"
 #include "kernels/q8q4_trunk.h"
 #include "kernels/threads.h"
+#include "tools/exec_env.h"
 
 int main(int argc, char** argv) {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   CLI::App app{"trunk q8/q4 vs bf16 matmul"};
   int threads = 0, reps = 20;
   int64_t rows = 12288, cols = 7168, T = 1;

@@ -40,6 +40,7 @@
 #include "runtime/loaded_model.h"
 #include "runtime/ngram_drafter.h"
 #include "runtime/speculative.h"
+#include "tools/exec_env.h"
 
 namespace {
 
@@ -277,6 +278,7 @@ void bench_loop(const std::string& dir, int64_t n, int runs, const std::vector<i
 }  // namespace
 
 int main(int argc, char** argv) try {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: %s verify MODEL_DIR [--ctx N] [--kmax K] [--runs R] [--threads T]\n"

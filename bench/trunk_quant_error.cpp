@@ -18,6 +18,7 @@
 #include "io/checkpoint.h"
 #include "model/k3_model.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/exec_env.h"
 
 namespace {
 
@@ -42,6 +43,7 @@ Score score(const std::vector<float>& logits, const std::vector<int32_t>& ids, i
 }  // namespace
 
 int main(int argc, char** argv) {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   CLI::App app{"trunk quantization error vs the exact BF16 trunk"};
   std::string dir, file;
   int64_t n_tokens = 1024, random_ids = 0;

@@ -17,6 +17,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/ref/activations.h"
 #include "kernels/ref/norms.h"
+#include "tools/exec_env.h"
 
 namespace {
 
@@ -98,6 +99,7 @@ void register_all(Data& d) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   Data d;
   register_all(d);
   benchmark::Initialize(&argc, argv);

@@ -26,6 +26,7 @@
 
 #include "core/error.h"
 #include "kernels/numerics.h"
+#include "tools/exec_env.h"
 #include "kernels/threads.h"
 #include "runtime/loaded_model.h"
 #include "runtime/model_fingerprint.h"
@@ -62,12 +63,14 @@ class Engine {
     if (o.cache_ram_mib < 0) throw k3::Error("cache_ram_mib: expected >= 0, found " + std::to_string(o.cache_ram_mib));
     k3::set_num_threads(o.threads);
     if (o.threads > 0) omp_set_num_threads(o.threads);
-    // Process-wide mode: a second model asking another mode is refused by set_numerics_mode.
-    numerics_ = k3::select_numerics(o.numerics, k3::default_numerics());
+    // This model's execution config (numerics, threads; K3_ISA / K3_KERNELS / K3_NUMERICS /
+    // K3_MXFP4 read here, as the CLI reads them): another Engine in the process may differ.
     k3::ModelOptions mo;
+    mo.exec = k3tools::exec_config(o.numerics, k3::default_numerics(), o.threads);
     mo.prefill_chunk = o.prefill_chunk;
     lm_ = k3::LoadedModel::open(dir, mo);
     stop_ids_ = lm_.stop_ids();
+    numerics_ = lm_.model->options().exec.numerics.value_or(k3::Numerics::Exact);
     if (o.cache_ram_mib > 0) {
       k3::PrefixCacheOptions co;
       co.ram_bytes = static_cast<uint64_t>(o.cache_ram_mib) << 20;

@@ -1,87 +1,87 @@
 #include "kernels/dispatch.h"
 
-#include <cstdlib>
-
 #include "core/error.h"
 #include "kernels/cpu_features.h"
+#include "kernels/exec_config.h"
 
 namespace k3 {
 
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::Scalar: return "scalar";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
-  }
-  return "?";
-}
-
-Isa isa_from_name(const std::string& s) {
-  if (s == "scalar") return Isa::Scalar;
-  if (s == "avx2") return Isa::Avx2;
-  if (s == "avx512") return Isa::Avx512;
-  throw Error("unknown ISA '" + s + "' (K3_ISA must be one of: scalar, avx2, avx512)");
-}
-
-bool isa_supported(Isa isa) {
-  const CpuFeatures& f = cpu_features();
-  switch (isa) {
-    case Isa::Scalar: return true;
-    case Isa::Avx2: return f.avx2;
-    case Isa::Avx512: return f.avx512;
-  }
-  return false;
-}
-
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> v;
-  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-    if (isa_supported(i)) v.push_back(i);
-  return v;
-}
-
 namespace {
+bool always() { return true; }
+bool has_avx2() { return cpu_features().avx2; }
+bool has_avx512() { return cpu_features().avx512; }
+
+constexpr IsaInfo kRegistry[] = {
+    {Isa::Scalar, "scalar", always, kernel_table_scalar},
+    {Isa::Avx2, "avx2", has_avx2, kernel_table_avx2},
+    {Isa::Avx512, "avx512", has_avx512, kernel_table_avx512},
+};
+
+const IsaInfo* find(Isa isa) {
+  for (const IsaInfo& i : kRegistry)
+    if (i.isa == isa) return &i;
+  return nullptr;
+}
+
 std::string supported_list() {
   std::string s;
   for (Isa i : supported_isas()) s += (s.empty() ? "" : ", ") + std::string(isa_name(i));
   return s;
 }
 
+std::string all_names() {
+  std::string s;
+  for (const IsaInfo& i : kRegistry) s += (s.empty() ? "" : ", ") + std::string(i.name);
+  return s;
+}
 }  // namespace
 
-Isa isa_from_env(const char* env) {
-  if (env != nullptr && *env != '\0') {
-    Isa isa = isa_from_name(env);
-    if (!isa_supported(isa))
-      throw Error("K3_ISA=" + std::string(env) + ": ISA not supported on this CPU (supported: " +
-                  supported_list() + ")");
-    return isa;
-  }
-  auto v = supported_isas();
-  return v.back();
+std::span<const IsaInfo> isa_registry() { return kRegistry; }
+
+const char* isa_name(Isa isa) {
+  const IsaInfo* i = find(isa);
+  return i != nullptr ? i->name : "?";
 }
 
-Isa active_isa() {
-  // A throw leaves the static unset, so every later call throws the same error again.
-  static const Isa isa = isa_from_env(std::getenv("K3_ISA"));
+Isa isa_from_name(std::string_view s, std::string_view what) {
+  for (const IsaInfo& i : kRegistry)
+    if (s == i.name) return i.isa;
+  throw Error("unknown ISA '" + std::string(s) + "' (" + std::string(what) + " must be one of: " + all_names() + ")");
+}
+
+bool isa_supported(Isa isa) {
+  const IsaInfo* i = find(isa);
+  return i != nullptr && i->supported();
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> v;
+  for (const IsaInfo& i : kRegistry)
+    if (i.supported()) v.push_back(i.isa);
+  return v;
+}
+
+Isa best_isa() { return supported_isas().back(); }
+
+Isa select_isa(std::string_view name, std::string_view what) {
+  if (name.empty()) return best_isa();
+  const Isa isa = isa_from_name(name, what);
+  if (!isa_supported(isa))
+    throw Error(std::string(what) + "=" + std::string(name) + ": ISA not supported on this CPU (supported: " +
+                supported_list() + ")");
   return isa;
 }
 
+Isa active_isa() { return exec_context().isa; }
+
+const KernelTable& kernels() { return *exec_context().kt; }
+
 const KernelTable& kernels_for(Isa isa) {
-  if (!isa_supported(isa))
+  const IsaInfo* i = find(isa);
+  if (i == nullptr || !i->supported())
     throw Error("ISA '" + std::string(isa_name(isa)) + "' not supported on this CPU (supported: " +
                 supported_list() + ")");
-  switch (isa) {
-    case Isa::Scalar: return kernel_table_scalar();
-    case Isa::Avx2: return kernel_table_avx2();
-    case Isa::Avx512: return kernel_table_avx512();
-  }
-  return kernel_table_scalar();
-}
-
-const KernelTable& kernels() {
-  static const KernelTable& t = kernels_for(active_isa());
-  return t;
+  return i->table();
 }
 
 }  // namespace k3

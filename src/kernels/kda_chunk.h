@@ -23,6 +23,7 @@
 // Cost ~1.3e5 FLOP per token and head at K = V = 128, C = 64 (mostly GEMM-shaped); the recurrence
 // needs ~1.15e5 but as matrix-vector work.
 #pragma once
+#include <cstddef>
 
 #include "kernels/dispatch.h"
 
@@ -43,9 +44,15 @@ void kda_chunk(int T, int H, int K, int V, const float* q, const float* k, const
 
 /// Same, with an explicit instruction set (tests and benches compare ISAs): Isa::Scalar is the
 /// baseline x86-64 build, Avx2 and Avx512 run the AVX2 + FMA build. kda_chunk above uses
-/// active_isa() (K3_ISA or the best supported). Throws k3::Error when the CPU lacks `isa`.
+/// the calling thread's execution context's ISA (exec_config.h). Throws k3::Error when the CPU lacks `isa`.
 /// Results differ between ISAs only by FMA contraction (each is causal and split-exact).
 void kda_chunk(Isa isa, int T, int H, int K, int V, const float* q, const float* k, const float* v,
                const float* g, const float* beta, float* state, float* out, int chunk = 64);
+
+namespace detail {
+/// Floats of scratch one thread needs for kda_chunk_heads (kernel_table.h) at these sizes:
+/// Workspace::floats(chunk, K, V) of kda_chunk_impl.h (the same on every ISA).
+size_t kda_chunk_work_floats(int chunk, int K, int V);
+}  // namespace detail
 
 }  // namespace k3

@@ -17,7 +17,7 @@ namespace k3 {
 ///   state [H, K, V] fp32, K-major, updated in place;  out [H, V] fp32 (must not alias inputs).
 /// Two streaming passes over each head's state (decay + S^T k, then write + S^T q), vectorized
 /// over V; heads run in parallel (parallel_for, threads.h). H, K, V >= 1 (throws k3::Error
-/// otherwise). Uses active_isa() (K3_ISA or the best supported).
+/// otherwise). Uses the calling thread's execution context's ISA (exec_config.h).
 void kda_decode_step(int H, int K, int V, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, float* state, float* out);
 

@@ -20,6 +20,8 @@
 
 namespace k3 {
 
+struct QuantMatrix;  // kernels/q8q4_trunk.h
+
 struct KernelTable {
   const char* isa_name;
 
@@ -94,6 +96,21 @@ struct KernelTable {
   /// C [m, n] (+)= A [m, k] · B [k, n], fp32 row-major (leading dims lda, ldb, ldc); vec.h.
   void (*gemm_nn)(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
                   int64_t m, int64_t n, int64_t k, bool accumulate);
+
+  // --- KDA (kda_chunk.h, kda_decode.h state the contracts; kda_chunk_impl.h and
+  // kda_decode_impl.h are the one source every ISA compiles). Heads [h0, h1) only.
+  /// Chunkwise KDA (algorithms.md §1.3) for heads [h0, h1); work: Workspace::floats(chunk, K, V)
+  /// floats (kda_chunk_impl.h), owned by the caller.
+  void (*kda_chunk_heads)(int h0, int h1, int T, int H, int K, int V, const float* q, const float* k,
+                          const float* v, const float* g, const float* beta, float* state, float* out,
+                          int chunk, float* work);
+  /// One KDA decode step (algorithms.md §1.2) for heads [h0, h1); scratch: V + K floats.
+  void (*kda_decode_heads)(int h0, int h1, int K, int V, const float* q, const float* k, const float* v,
+                           const float* g, const float* beta, float* state, float* out, float* scratch);
+
+  /// Rows [r0, r1) of Y = X·Wᵀ on a q8/q4 trunk matrix (q8q4_trunk.h), all T tokens, Y row stride ldy.
+  void (*quant_rows)(const QuantMatrix& w, const float* x, int64_t t, float* y, int64_t ldy, int64_t r0,
+                     int64_t r1);
 };
 
 const KernelTable& kernel_table_scalar();

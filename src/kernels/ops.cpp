@@ -2,9 +2,7 @@
 #include "kernels/q8q4_trunk.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -243,35 +241,6 @@ void quantize_q8(const float* x, int64_t n_tokens, int64_t cols, Q8Activations& 
   const KernelTable& kt = kernels();
   for (int64_t t = 0; t < n_tokens; ++t)
     kt.quantize_q8(x + t * cols, cols, out.q.data() + t * cols, out.s.data() + t * (cols / 32));
-}
-
-Mxfp4Path default_mxfp4_path() {
-  static const std::optional<Mxfp4Path> env = []() -> std::optional<Mxfp4Path> {
-    const char* v = std::getenv("K3_MXFP4");
-    if (v == nullptr || *v == '\0') return std::nullopt;
-    if (std::string(v) == "int8") return Mxfp4Path::Int8;
-    if (std::string(v) == "exact") return Mxfp4Path::ExactF32;
-    if (std::string(v) == "mxfp8") return Mxfp4Path::Mxfp8;
-    throw Error("K3_MXFP4=" + std::string(v) + ": expected 'int8', 'exact' or 'mxfp8' (or set the "
-                "numerics mode instead: K3_NUMERICS / --numerics exact|mxfp8|bf16)");
-  }();
-  if (env) return *env;
-  switch (numerics_mode()) {
-    case Numerics::Exact: return Mxfp4Path::ExactF32;
-    case Numerics::Int8:
-    case Numerics::Bf16: return Mxfp4Path::Int8;
-    case Numerics::Mxfp8: break;
-  }
-  return Mxfp4Path::Mxfp8;
-}
-
-const char* mxfp4_path_name(Mxfp4Path p) {
-  switch (p) {
-    case Mxfp4Path::Int8: return "int8";
-    case Mxfp4Path::ExactF32: return "exact";
-    case Mxfp4Path::Mxfp8: return "mxfp8";
-  }
-  return "?";
 }
 
 namespace {

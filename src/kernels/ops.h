@@ -1,6 +1,6 @@
-// k3 kernel ops: the public, dispatched, multi-threaded CPU kernels (issue #6). Each op checks its
+// k3 kernel ops: the public, dispatched, multi-threaded CPU kernels. Each op checks its
 // arguments (k3::Error), splits output rows across num_threads() workers (threads.h) and runs the
-// process-wide ISA (dispatch.h; K3_ISA=scalar|avx2|avx512 forces one).
+// kernel table and numerics mode of the calling thread's execution context (exec_config.h).
 //
 // Shapes are outermost first, row-major; activations are fp32; a Linear weight W is [out, in].
 // Spec: k3-architecture.md §3 (forward math), §4 (MXFP4); algorithms.md §5.3 (MXFP4 dot).
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/numerics.h"
 
 namespace k3 {
 
@@ -54,19 +55,6 @@ struct Q8Activations {
 /// Quantizes X [T, cols] (cols % 32 == 0). Quantize once, reuse for every matrix reading the same
 /// input (e.g. the latent z for w1 and w3 of all selected experts). Errors: cols % 32 != 0.
 void quantize_q8(const float* x, int64_t n_tokens, int64_t cols, Q8Activations& out);
-
-enum class Mxfp4Path {
-  Int8,      ///< int8 activations x doubled-E2M1 int8 integer dots (VNNI; error bound below)
-  ExactF32,  ///< weights decoded to fp32 in registers, fp32 FMA (reference; ≈1e-6 relative)
-  Mxfp8,     ///< MXFP8 activations x MXFP4 weights, exact bf16 products (numerics 'mxfp8')
-};
-
-/// The process-wide default MXFP4 path: from the numerics mode (numerics.h: exact -> ExactF32,
-/// mxfp8 -> Mxfp8, int8 / bf16 -> Int8), unless K3_MXFP4=int8|exact|mxfp8 overrides it (read once).
-/// Errors: k3::Error on another K3_MXFP4 value.
-Mxfp4Path default_mxfp4_path();
-/// "int8", "exact", "mxfp8".
-const char* mxfp4_path_name(Mxfp4Path p);
 
 /// Y [T, rows] = X [T, cols] · Wᵀ for an MXFP4 matrix W [rows, cols] computed on the packed bytes
 /// (never dequantizing the matrix). Int8 path error: per 32-block |err| <= 0.5·s_a·Σ|w_i|

@@ -6,7 +6,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
-#include "kernels/dispatch.h"
+#include "kernels/exec_config.h"
 #include "kernels/threads.h"
 
 namespace k3 {
@@ -114,12 +114,9 @@ void quant_rows_scalar(const QuantMatrix& w, const float* x, int64_t T, float* y
 void matmul_quant(const QuantMatrix& w, const float* x, int64_t T, float* y) {
   if (T < 0) throw Error("matmul_quant '" + w.name + "': negative token count");
   if (T == 0 || w.rows == 0) return;
-  const bool avx2 = active_isa() != Isa::Scalar;
+  const KernelTable& kt = kernels();
   const int64_t grain = grain_for_work(8, w.cols * T);
-  parallel_for(w.rows, grain, [&](int64_t r0, int64_t r1) {
-    if (avx2) detail::quant_rows_avx2(w, x, T, y, w.rows, r0, r1);
-    else detail::quant_rows_scalar(w, x, T, y, w.rows, r0, r1);
-  });
+  parallel_for(w.rows, grain, [&](int64_t r0, int64_t r1) { kt.quant_rows(w, x, T, y, w.rows, r0, r1); });
 }
 
 }  // namespace k3

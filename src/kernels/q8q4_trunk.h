@@ -8,7 +8,7 @@
 // fp32. Routed experts are never re-encoded (they stay MXFP4).
 //
 // Kernels: ref::matmul_quant (scalar, fp64 accumulation of d·q·x: the oracle) and matmul_quant
-// (dispatched: AVX2+FMA when the CPU has it — AVX-512 CPUs use it too — else a scalar fp32 loop;
+// (the execution context's kernel table, quant_rows: AVX2+FMA — AVX-512 uses it too — or a scalar fp32 loop;
 // threaded over rows). Every (row, token) dot is computed the same way whatever the token count,
 // so a row's result does not depend on its batch.
 #pragma once

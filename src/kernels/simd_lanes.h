@@ -1,6 +1,7 @@
 // Native-width fp32 vectors (GCC vector extensions) for the kernels written once and compiled per
-// ISA (vec_impl.h, kda_chunk_impl.h): 4 lanes in the x86-64 baseline build (SSE2), 8 with AVX,
-// 16 with AVX-512F. Internal linkage only (anonymous namespace), as the ISA translation-unit rule
+// ISA (vec_impl.h, kda_chunk_impl.h): 4 lanes in the x86-64 baseline build (SSE2), 8 with AVX.
+// The AVX-512 table reuses the 8-lane build (avx512/table.cpp); no 16-lane build exists.
+// Internal linkage only (anonymous namespace), as the ISA translation-unit rule
 // of kernel_table.h requires.
 #pragma once
 #include <immintrin.h>
@@ -17,7 +18,7 @@ namespace {
 namespace simd {
 
 #if defined(__AVX512F__)
-inline constexpr int kLanes = 16;
+#error "simd_lanes.h has no 16-lane build: include it from baseline or AVX2 translation units only"
 #elif defined(__AVX__)
 inline constexpr int kLanes = 8;
 #else
@@ -39,10 +40,7 @@ inline void storev(float* p, vf x) { __builtin_memcpy(p, &x, sizeof x); }
 /// build. (GCC's C++ default -ffp-contract=fast may also fuse plain a*b+c expressions in the FMA
 /// builds: formulas are the same on every ISA, roundings are not bit-identical across ISAs.)
 inline vf fmadd(vf a, vf b, vf c) {
-#if defined(__AVX512F__)
-  return reinterpret_cast<vf>(_mm512_fmadd_ps(reinterpret_cast<__m512>(a), reinterpret_cast<__m512>(b),
-                                              reinterpret_cast<__m512>(c)));
-#elif defined(__FMA__)
+#if defined(__FMA__)
   return reinterpret_cast<vf>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b),
                                               reinterpret_cast<__m256>(c)));
 #else

@@ -6,6 +6,9 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <optional>
+
+#include "kernels/exec_config.h"
 
 namespace k3 {
 
@@ -16,6 +19,7 @@ std::atomic<int> g_threads{0};
 void set_num_threads(int n) { g_threads.store(n > 0 ? n : omp_get_num_procs()); }
 
 int num_threads() {
+  if (const ExecContext* c = detail::tl_exec_context; c != nullptr && c->threads > 0) return c->threads;
   int n = g_threads.load();
   if (n <= 0) {
     n = std::max(1, omp_get_max_threads());
@@ -40,8 +44,11 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   std::atomic<int64_t> next{0};
   std::exception_ptr err;
   std::mutex mu;
+  const ExecContext* ctx = detail::tl_exec_context;  // the workers run the caller's context
 #pragma omp parallel num_threads(nt)
   {
+    std::optional<ExecScope> scope;
+    if (ctx != nullptr) scope.emplace(*ctx);
     for (;;) {
       const int64_t b = next.fetch_add(chunk, std::memory_order_relaxed);
       if (b >= n) break;

@@ -1,5 +1,7 @@
-// Thread count and a static row-range parallel-for (OpenMP underneath). The count is process-wide
-// (`k3 ... -t N` sets it); kernels split output rows / heads / experts with parallel_for.
+// Thread count and a static row-range parallel-for (OpenMP underneath). The count is the calling
+// thread's execution context's (exec_config.h: ExecConfig::threads, per model) when it sets one,
+// else process-wide (set_num_threads; `k3 ... -t N` sets both); kernels split output rows /
+// heads / experts with parallel_for, whose workers run under the caller's execution context.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -8,7 +10,8 @@ namespace k3 {
 
 /// Sets the worker count for parallel_for; n <= 0 means "all hardware threads".
 void set_num_threads(int n);
-/// Current worker count (>= 1). Default: all hardware threads (or OMP_NUM_THREADS).
+/// Current worker count (>= 1): the installed execution context's threads when > 0, else the
+/// process count (default: all hardware threads, or OMP_NUM_THREADS).
 int num_threads();
 
 /// Splits [0, n) into contiguous chunks whose boundaries are multiples of `grain` (except the

@@ -1,18 +1,14 @@
-// k3::vec (vec.h): thin forwarders to the process-wide kernel table (dispatch.h). The algorithms
+// k3::vec (vec.h): thin forwarders to the calling thread's kernel table (exec_config.h). The algorithms
 // are in vec_impl.h, compiled once per ISA.
 #include "kernels/vec.h"
 
-#include "kernels/dispatch.h"
+#include "kernels/exec_config.h"
 
 namespace k3::vec {
 
 namespace {
-// The table is chosen once per process; caching the reference keeps each call to one guarded
-// load and an indirect call.
-inline const KernelTable& tab() {
-  static const KernelTable& t = kernels();
-  return t;
-}
+// One thread-local load (the installed context, else the process default) and an indirect call.
+inline const KernelTable& tab() { return *exec_context().kt; }
 }  // namespace
 
 float dot(const float* a, const float* b, int64_t n) { return tab().dot(a, b, n); }

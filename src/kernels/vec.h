@@ -3,7 +3,8 @@
 // these are single-threaded and unchecked (n >= 0 and valid pointers are the caller's contract):
 // they sit inside loops over tokens and heads that the caller already parallelises.
 //
-// Every function runs the process-wide ISA (dispatch.h; K3_ISA=scalar|avx2|avx512). The scalar
+// Every function runs the kernel table of the calling thread's execution context
+// (exec_config.h: ExecConfig::isa, one per model). The scalar
 // ISA is the portable build of the same source; tests/kernels/vec_test.cpp compares every ISA
 // with the fp64 oracles of kernels/ref (norms.h, activations.h) at the tolerances stated there.
 // Accumulation is fp32 (the order of the partial sums is ISA-dependent); exp is the Cephes

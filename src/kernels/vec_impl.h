@@ -1,7 +1,6 @@
 // k3::vec algorithms (vec.h), written once and compiled per ISA: scalar/kernels_scalar.cpp (the
 // x86-64 baseline: 4-lane SSE2 vectors), avx2/vec.cpp (8 lanes, AVX2; also used by the AVX-512
-// table). The 16-lane (__AVX512F__) branches below are kept for a future AVX-512 build, which
-// needs a machine with AVX-512 to be tested on. Same pattern as kda_chunk_impl.h: GCC vector
+// table; simd_lanes.h has no 16-lane build). Same pattern as kda_chunk_impl.h: GCC vector
 // extensions of the build's native width, so every loop is SIMD without relying on the auto-vectorizer or on fp-reassociation flags.
 // Everything has internal linkage (anonymous namespace), as the ISA translation-unit rule of
 // kernel_table.h requires; an ISA TU calls vec_fill_table() to put these into its KernelTable.
@@ -204,18 +203,14 @@ void softmax(float* x, int64_t n) {
 // their fp32 rounding alone moved the logits by 1e-5 (vs 3e-6 this way).
 typedef double vd __attribute__((vector_size(4 * kLanes)));  // kLanes / 2 doubles
 inline vd lo_d(vf v) {
-#if defined(__AVX512F__)
-  return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), vd);
-#elif defined(__AVX__)
+#if defined(__AVX__)
   return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), vd);
 #else
   return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1), vd);
 #endif
 }
 inline vd hi_d(vf v) {
-#if defined(__AVX512F__)
-  return __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), vd);
-#elif defined(__AVX__)
+#if defined(__AVX__)
   return __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), vd);
 #else
   return __builtin_convertvector(__builtin_shufflevector(v, v, 2, 3), vd);
@@ -224,9 +219,7 @@ inline vd hi_d(vf v) {
 inline vf join_f(vd lo, vd hi) {
   typedef float vh __attribute__((vector_size(2 * kLanes)));
   const vh l = __builtin_convertvector(lo, vh), h = __builtin_convertvector(hi, vh);
-#if defined(__AVX512F__)
-  return __builtin_shufflevector(l, h, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-#elif defined(__AVX__)
+#if defined(__AVX__)
   return __builtin_shufflevector(l, h, 0, 1, 2, 3, 4, 5, 6, 7);
 #else
   return __builtin_shufflevector(l, h, 0, 1, 2, 3);

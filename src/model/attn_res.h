@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/attn_res_mix.h"
 #include "model/weights.h"
 
 namespace k3 {
@@ -18,10 +19,8 @@ namespace k3 {
 void attn_res_mix(const std::vector<const float*>& sources, int64_t T, int64_t D, const float* score,
                   float eps, float* out, float* weights);
 
-/// Fast twin of attn_res_mix (same contract): fp32 dispatched vector kernels (kernels/vec.h),
-/// tokens split across threads. Tested against attn_res_mix (tests/model/components_test.cpp).
-void attn_res_mix_fast(const std::vector<const float*>& sources, int64_t T, int64_t D,
-                       const float* score, float eps, float* out, float* weights);
+// The fast twin, attn_res_mix_fast (same contract, fp32, the execution context's kernels), is
+// the named op of kernels/attn_res_mix.h.
 
 /// The per-token depth stream of the forward pass: bank of snapshots + running partial sum.
 class AttnResStream {

@@ -4,7 +4,6 @@
 #include "model/k3_model.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -36,14 +35,20 @@ struct Model::Impl {
   GluActivation act;
   bool has_kda = false, has_mla = false, has_moe = false;
   ModelOptions opt;
+  ExecContext ctx;  ///< opt.exec resolved; installed (ExecScope) around every call's kernels
   ExecOptions ex;
+  /// Per layer (empty for non-MLA layers and the Reference kernels): kv_b split into its k_nope
+  /// and v halves once, here (views into the mapping: no bytes copied).
+  std::vector<MlaKvbHalves> kv_b;
 
-  Impl(const Checkpoint& c, ModelOptions o) : ck(c), cfg(c.config()), w(bind_weights(c)), opt(o) {
+  Impl(const Checkpoint& c, ModelOptions o)
+      : ck(c), cfg(c.config()), w(bind_weights(c)), opt(o), ctx(resolve_exec_config(o.exec)) {
     if (opt.prefill_chunk < 1)
       throw Error("model options: prefill_chunk must be >= 1, found " + std::to_string(opt.prefill_chunk));
-    if (!opt.mxfp4) opt.mxfp4 = default_mxfp4_path();
-    ex.fast = opt.kernels == ModelKernels::Fast;
-    ex.mxfp4 = *opt.mxfp4;
+    opt.exec = ctx.config();
+    const ExecScope scope(ctx);  // load-time kernels (trunk quantization) run under the model's config
+    ex.fast = ctx.kernels == ModelKernels::Fast;
+    ex.mxfp4 = ctx.mxfp4;
     for (const LayerSpec& s : cfg.plan) {
       has_kda |= s.attn == AttnKind::KDA;
       has_mla |= s.attn == AttnKind::MLA;
@@ -51,6 +56,11 @@ struct Model::Impl {
     }
     if (has_kda) kda = KdaDims::from(cfg);
     if (has_mla) mla = MlaDims::from(cfg);
+    if (has_mla && ex.fast) {
+      kv_b.resize(w.layers.size());
+      for (size_t il = 0; il < w.layers.size(); ++il)
+        if (w.layers[il].spec.attn == AttnKind::MLA) kv_b[il] = mla_split_kv_b(w.layers[il].mla, mla);
+    }
     if (has_moe) moe = MoeDims::from(cfg);
     act = GluActivation::from(cfg);
     if (opt.trunk_quant && ex.fast) quantize_trunk(w, *opt.trunk_quant, opt.progress);
@@ -77,13 +87,6 @@ struct Model::Impl {
   /// advances every state in place. Returns the logits rows of each part ([n_logits, V]).
   std::vector<std::vector<float>> run(std::span<const Part> parts, DumpSink* dump) const;
 };
-
-ModelKernels default_model_kernels() {
-  const char* v = std::getenv("K3_KERNELS");
-  if (!v || !*v || std::string(v) == "fast") return ModelKernels::Fast;
-  if (std::string(v) == "ref") return ModelKernels::Reference;
-  throw Error("K3_KERNELS=" + std::string(v) + ": expected 'fast' or 'ref'");
-}
 
 Model::Model(const Checkpoint& ck, ModelOptions options)
     : impl_(std::make_unique<Impl>(ck, options)) {}
@@ -126,6 +129,7 @@ std::vector<float> Model::forward(SequenceState& seq, std::span<const int32_t> t
 std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry> batch,
                                                      DumpSink* dump) const {
   const Impl& m = *impl_;
+  const ExecScope scope(m.ctx);  // every kernel of this call runs the model's execution config
   const ModelConfig& cfg = m.cfg;
   const int64_t V = cfg.vocab_size, B = static_cast<int64_t>(batch.size());
   if (B == 0) throw Error("forward: empty batch");
@@ -239,7 +243,8 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
       kda_forward_batch(L.kda, m.kda, xn.data(), segs, kda_states, sub.data(), m.ex);
     } else {
       for (int64_t s = 0; s < S; ++s) mla_caches[s] = &parts[s].st->layers[il].mla;
-      mla_forward_batch(L.mla, m.mla, xn.data(), segs, mla_caches, sub.data(), MlaMode::Auto, m.ex);
+      mla_forward_batch(L.mla, m.mla, xn.data(), segs, mla_caches, sub.data(), MlaMode::Auto, m.ex,
+                        m.kv_b.empty() ? nullptr : &m.kv_b[il]);
     }
     if (dump) dump->add(name(il, "attn_out"), {T, D}, sub.data());
     stream.add(sub.data());

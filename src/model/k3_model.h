@@ -12,6 +12,7 @@
 
 #include "io/checkpoint.h"
 #include "io/expert_store.h"
+#include "kernels/exec_config.h"
 #include "kernels/ops.h"
 #include "kernels/q8q4_trunk.h"
 #include "model/prefill_grid.h"
@@ -21,28 +22,19 @@ namespace k3 {
 
 class DumpSink;  // named-intermediate recorder (model/dump.h)
 
-/// Which code computes the sublayers (both compute spec §3; Reference is the test oracle).
-enum class ModelKernels {
-  Fast,       ///< dispatched kernels (kernels/ops.h, kda_chunk.h, kda_decode.h), fp32, threads
-  Reference,  ///< the readable scalar k3::ref code with fp64 accumulation (slow; the oracle)
-};
-
-/// The process default of ModelOptions::kernels: environment K3_KERNELS=fast|ref (read on every
-/// call; unset or empty: Fast). Lets the CLI and Python tests select the oracle path.
-/// Errors: k3::Error on another value.
-ModelKernels default_model_kernels();
-
 /// Construction options of k3::Model.
 struct ModelOptions {
-  ModelKernels kernels = default_model_kernels();
+  /// How the forward pass executes (kernels/exec_config.h): ISA, Fast or Reference kernels,
+  /// numerics mode, MXFP4 expert path, threads. The model resolves it at construction (its
+  /// options() hold the resolved values) and runs every call under it, whatever other models in
+  /// the process use. Reference ignores the ISA, numerics and MXFP4 path (always fp64). Unset
+  /// fields: the process default's (set_default_exec_config), else the built-in defaults.
+  ExecConfig exec;
   /// Tokens per layer-major prefill piece: forward() runs a long prompt as consecutive pieces of
   /// at most this many tokens, each through all layers with the state carried, so activation
   /// memory is bounded by the piece. A multiple of 64 (the KDA chunk) keeps KDA split-exact.
   /// Must be >= 1 (k3::Error otherwise).
   int64_t prefill_chunk = 256;
-  /// MXFP4 expert path on the Fast kernels; unset: default_mxfp4_path() (env K3_MXFP4=int8|exact,
-  /// default int8). Ignored by Reference (always exact fp64).
-  std::optional<Mxfp4Path> mxfp4;
   /// Routed experts streamed from the shards through this store (io/expert_store.h, issue 13)
   /// instead of read through the mapping; null: the mapping. Must be built on the same
   /// checkpoint. Results are bit-identical either way.
@@ -82,9 +74,10 @@ struct BatchEntry {
 class Model {
  public:
   /// Binds (never copies) the checkpoint's weights; the checkpoint must outlive the model.
-  /// Throws k3::Error on an invalid config/weights or options (prefill_chunk < 1, bad K3_MXFP4).
+  /// Throws k3::Error on an invalid config/weights or options (prefill_chunk < 1, an ISA this
+  /// CPU lacks).
   explicit Model(const Checkpoint& ck, ModelOptions options = {});
-  /// The options in effect (mxfp4 resolved).
+  /// The options in effect (exec resolved: isa and mxfp4 set).
   const ModelOptions& options() const;
   /// Where this model's prefill pieces end and where a sequence resumes bit-identically
   /// (model/prefill_grid.h), from options().prefill_chunk.

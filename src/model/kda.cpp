@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/kda_chunk.h"
 #include "kernels/kda_decode.h"
+#include "kernels/kda_prepare.h"
 #include "kernels/op_profile.h"
 #include "kernels/ops.h"
 #include "kernels/ref/activations.h"
@@ -41,9 +42,7 @@ KdaState KdaState::zeros(const KdaDims& dims) {
 }
 
 float kda_decay_gate(float z, float dt_bias, float a_log, std::optional<float> lower_bound) {
-  const float pre = z + dt_bias;
-  if (lower_bound) return *lower_bound * ref::sigmoid(std::exp(a_log) * pre);
-  return -std::exp(a_log) * ref::softplus(pre);
+  return kda_log_decay(z, dt_bias, a_log, lower_bound);
 }
 
 namespace {
@@ -93,8 +92,8 @@ void delta_rule_step(float* S, const float* q, const float* k, const float* v, c
 }
 
 /// Fast path of kda_forward_batch (states already validated): the same per-token preprocessing
-/// in fp32 with the dispatched vector kernels (kernels/vec.h), tokens split across threads, then
-/// the chunkwise / decode KDA kernels per sequence. Projections and o_proj run once over all
+/// and output gating as named ops (kernels/kda_prepare.h), the chunkwise / decode KDA kernels
+/// per sequence. Projections and o_proj run once over all
 /// rows of the batch. Oracle: the token-by-token path below (fast_path_test).
 void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x,
                       std::span<const SeqRows> segs, std::span<KdaState* const> states, float* out) {
@@ -131,49 +130,14 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x,
       std::copy_n(&p[(i * T + segs[s].row0) * C], segs[s].T * C, e + W * C);
     }
 
-  // q, k, v, g: [T, H, d]; beta: [T, H] (kernels/kda_recurrent.h conventions).
+  // q, k, v, g: [T, H, d]; beta: [T, H] (kernels/kda_recurrent.h conventions): conv + SiLU,
+  // L2 norms, log-decay gate and β of every row (kernels/kda_prepare.h).
   FBuf q(T * C), k(T * C), v(T * C), g(T * C), beta(T * H), o(T * C);
-  float* outs[3] = {q.data(), k.data(), v.data()};
-  // Per token (one parallel region over row ranges): short conv + SiLU of q, k, v over ext
-  // (taps as [K, C]); L2 norms (q also scaled by 1/sqrt(d)); log-decay
-  // g = lb·σ(e^{A_log}·(z + dt_bias)) (or −e^{A_log}·softplus(z + dt_bias)); β = σ(b).
-  const float q_scale = 1.0f / std::sqrt(static_cast<float>(d));
-  std::vector<float> ea(static_cast<size_t>(H));
-  for (int64_t h = 0; h < H; ++h) ea[h] = std::exp(w.a_log[h]);
-  // ~3·K conv multiply-adds, 4 norm operations and ~20 for the gate's σ per channel.
-  parallel_for(T, grain_for_work(1, C * (3 * K + 24)), [&](int64_t t0, int64_t t1) {
-    const int64_t n = t1 - t0;
-    // The conv, split at sequence boundaries: rows [a, b) of sequence s.
-    int64_t s = std::upper_bound(segs.begin(), segs.end(), t0,
-                                 [](int64_t t, const SeqRows& r) { return t < r.row0; }) -
-                segs.begin() - 1;
-    for (int64_t a = t0; a < t1; ++s) {
-      const int64_t b = std::min(t1, segs[s].row0 + segs[s].T), Ts = segs[s].T;
-      for (int64_t i = 0; i < 3; ++i)
-        vec::short_conv_silu(&ext[ext_off[s] + (i * (W + Ts) + a - segs[s].row0) * C], &tt[i * K * C],
-                             b - a, C, K, outs[i] + a * C);
-      a = b;
-    }
-    for (int64_t t = t0; t < t1; ++t)
-      for (int64_t h = 0; h < H; ++h) {
-        float* qh = &q[t * C + h * d];
-        float* kh = &k[t * C + h * d];
-        vec::l2norm(qh, kKdaL2NormEps, q_scale, qh, d);
-        vec::l2norm(kh, kKdaL2NormEps, 1.0f, kh, d);
-      }
-    float* gt = &g[t0 * C];
-    if (dm.lower_bound) {
-      for (int64_t t = t0; t < t1; ++t)
-        for (int64_t c = 0; c < C; ++c) g[t * C + c] = ea[c / d] * (z[t * C + c] + w.dt_bias[c]);
-      vec::sigmoid(gt, gt, n * C);
-      vec::scale(gt, *dm.lower_bound, gt, n * C);
-    } else {
-      for (int64_t t = t0; t < t1; ++t)
-        for (int64_t c = 0; c < C; ++c)
-          g[t * C + c] = kda_decay_gate(z[t * C + c], w.dt_bias[c], w.a_log[c / d], dm.lower_bound);
-    }
-    vec::sigmoid(&bl[t0 * H], &beta[t0 * H], n * H);
-  });
+  const KdaPrepShape shape{H, d, K, dm.lower_bound, kKdaL2NormEps};
+  std::vector<KdaPiece> pieces(static_cast<size_t>(S));
+  for (int64_t s = 0; s < S; ++s) pieces[s] = KdaPiece{segs[s].row0, segs[s].T, &ext[ext_off[s]]};
+  kda_prepare(shape, pieces, tt.data(), z.data(), w.dt_bias.data(), w.a_log.data(), bl.data(), q.data(), k.data(),
+              v.data(), g.data(), beta.data());
   // Per sequence: the conv window advances by T_s tokens (the last K−1 rows of each ext), and
   // the recurrence runs on its state. With at least as many sequences as threads, sequences run
   // in parallel (each kernel then inline); otherwise one at a time with heads in parallel. The
@@ -214,15 +178,7 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x,
       for (int64_t s = 0; s < S; ++s) run_seq(s);
   }
   // Output: per-head RMSNorm (shared weight) times σ(full-rank gate), then o_proj.
-  parallel_for(T, grain_for_work(1, 32 * C), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t h = 0; h < H; ++h) {
-        float* oh = &o[t * C + h * d];
-        vec::rmsnorm(oh, w.o_norm.data(), dm.rms_eps, oh, d);
-      }
-      vec::mul_sigmoid(&gl[t * C], &o[t * C], C);
-    }
-  });
+  kda_output_gate(shape, T, w.o_norm.data(), dm.rms_eps, gl.data(), o.data());
   k3::matmul(*w.o_proj, o.data(), T, out);
 }
 

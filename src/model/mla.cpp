@@ -6,7 +6,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/bf16.h"
 #include "kernels/ops.h"
 #include "kernels/ref/activations.h"
 #include "kernels/threads.h"
@@ -80,86 +79,6 @@ void attend_absorbed(const MlaWeights& w, int64_t h, const float* q, const float
   ref::matvec_rows(*w.kv_b, hb + d.dn, d.dv, ctx.data(), o);  // o = W_vb,h ctx  [dv]
 }
 
-/// Fast attention over the (already appended) cache for T queries q [T, H, dn + dr] into
-/// o [T, H, dv], fp32 with the dispatched vector kernels (kernels/vec.h), heads in parallel.
-/// Expanded (prefill): k_nope/v of every cache row from one GEMM, then per head and block of
-/// queries two fp32 GEMMs (scores against the transposed keys, output from the values). Absorbed (decode, spec §3.3): the query is mapped into
-/// the latent space once and scored against the cache rows directly.
-void mla_attend_fast(const MlaWeights& w, const MlaDims& d, const float* q, int64_t T,
-                     const MlaCache& cache, int64_t n_past, bool absorbed, float* o) {
-  const int64_t H = d.H, dq = d.dn + d.dr, row = d.row(), kvr = d.kv_rank, hw = d.dn + d.dv;
-  const int64_t n_all = n_past + T;
-  const float* crows = cache.rows.data();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dq));
-  const uint8_t* kvb = w.kv_b->data;  // BF16 [H·(dn+dv), kvr]
-  if (!absorbed) {
-    FBuf c(static_cast<size_t>(n_all * kvr));
-    for (int64_t s = 0; s < n_all; ++s) std::memcpy(&c[s * kvr], crows + s * row, kvr * sizeof(float));
-    FBuf kv(static_cast<size_t>(n_all * H * hw));  // [n_all, H, dn + dv]
-    k3::matmul(*w.kv_b, c.data(), n_all, kv.data());
-    // Per head: keys transposed to kt [dq, n_all] (k_nope from kv, k_rope from the cache); the
-    // values are read in place (rows of kv, stride H·hw). Queries in blocks of kQb: scores
-    // S = (scale·Q_blk)·kt over the keys the block can see, a causal softmax per row (later
-    // keys get weight 0), then O_blk = S·V. Work per head ~ T·n_all·(dq + dv) multiply-adds
-    // (causal: about half of it).
-    constexpr int64_t kQb = 32;
-    parallel_for(H, grain_for_work(1, T * n_all * (dq + d.dv) / 2), [&](int64_t h0, int64_t h1) {
-      FBuf kt(static_cast<size_t>(dq * n_all)), qs(static_cast<size_t>(kQb * dq)),
-          sc(static_cast<size_t>(kQb * n_all)), ob(static_cast<size_t>(kQb * d.dv));
-      for (int64_t h = h0; h < h1; ++h) {
-        for (int64_t s = 0; s < n_all; ++s) {
-          const float* kvs = &kv[(s * H + h) * hw];
-          for (int64_t i = 0; i < d.dn; ++i) kt[i * n_all + s] = kvs[i];
-          for (int64_t i = 0; i < d.dr; ++i) kt[(d.dn + i) * n_all + s] = crows[s * row + kvr + i];
-        }
-        for (int64_t t0 = 0; t0 < T; t0 += kQb) {
-          const int64_t nq = std::min(kQb, T - t0), n_vis = n_past + t0 + nq;
-          for (int64_t r = 0; r < nq; ++r)
-            vec::scale(q + (t0 + r) * H * dq + h * dq, scale, &qs[r * dq], dq);
-          vec::gemm_nn(qs.data(), dq, kt.data(), n_all, sc.data(), n_vis, nq, n_vis, dq, false);
-          for (int64_t r = 0; r < nq; ++r) {
-            const int64_t n_ctx = n_past + t0 + r + 1;  // causal
-            float* pr = &sc[r * n_vis];
-            vec::softmax(pr, n_ctx);
-            std::fill(pr + n_ctx, pr + n_vis, 0.f);
-          }
-          vec::gemm_nn(sc.data(), n_vis, &kv[h * hw + d.dn], H * hw, ob.data(), d.dv, nq, d.dv,
-                       n_vis, false);
-          for (int64_t r = 0; r < nq; ++r)
-            std::copy_n(&ob[r * d.dv], d.dv, o + (t0 + r) * H * d.dv + h * d.dv);
-        }
-      }
-    });
-    return;
-  }
-  parallel_for(H, grain_for_work(1, T * n_all * (row + kvr) + d.dn * kvr), [&](int64_t h0, int64_t h1) {
-    std::vector<float> p(static_cast<size_t>(n_all)), qcat(static_cast<size_t>(row)), ctx(kvr),
-        wrow(kvr);
-    std::vector<uint16_t> wbits(kvr);
-    for (int64_t h = h0; h < h1; ++h)
-      for (int64_t t = 0; t < T; ++t) {
-        const float* qh = q + t * H * dq + h * dq;
-        float* oh = o + t * H * d.dv + h * d.dv;
-        const int64_t n_ctx = n_past + t + 1;  // causal
-        // qcat = scale·[W_kb,hᵀ q_nope ; q_rope] [kvr + dr]: rows of head h, each read once.
-        std::fill(qcat.begin(), qcat.end(), 0.f);
-        for (int64_t i = 0; i < d.dn; ++i) {
-          std::memcpy(wbits.data(), kvb + ((h * hw + i) * kvr) * 2, kvr * 2);
-          for (int64_t j = 0; j < kvr; ++j) wrow[j] = bf16_to_f32(wbits[j]);
-          vec::axpy(qh[i] * scale, wrow.data(), qcat.data(), kvr);
-        }
-        vec::scale(qh + d.dn, scale, qcat.data() + kvr, d.dr);
-        for (int64_t s = 0; s < n_ctx; ++s) p[s] = vec::dot(qcat.data(), crows + s * row, row);
-        vec::softmax(p.data(), n_ctx);
-        std::fill(ctx.begin(), ctx.end(), 0.f);
-        for (int64_t s = 0; s < n_ctx; ++s) vec::axpy(p[s], crows + s * row, ctx.data(), kvr);
-        // o = W_vb,h ctx [dv] (rows h·hw + dn .. + dv).
-        matmul_bf16_raw(reinterpret_cast<const uint16_t*>(kvb) + (h * hw + d.dn) * kvr, d.dv, kvr,
-                        kvr, ctx.data(), 1, oh, w.kv_b->name);
-      }
-  });
-}
-
 /// Oracle attention (fp64 dots) for T queries q [T, H, dn + dr] of one sequence over its
 /// (already appended) cache into o [T, H, dv].
 void mla_attend_ref(const MlaWeights& w, const MlaDims& d, const float* q, int64_t T,
@@ -189,17 +108,37 @@ void mla_attend_ref(const MlaWeights& w, const MlaDims& d, const float* q, int64
 
 }  // namespace
 
+MlaKvbHalves mla_split_kv_b(const MlaWeights& w, const MlaDims& d) {
+  const TensorView& t = *w.kv_b;
+  const std::vector<int64_t> want = {d.H * (d.dn + d.dv), d.kv_rank};
+  std::string shape = "[";
+  for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
+  shape += t.data == nullptr && t.numel() != 0 ? "] without data" : "]";
+  if (t.dtype != DType::BF16 || t.shape != want || (t.data == nullptr && t.numel() != 0))
+    throw Error("tensor '" + t.name + "': the MLA attention needs kv_b as BF16 [" + std::to_string(want[0]) + ", " +
+                std::to_string(want[1]) + "] with data, found " + std::string(dtype_name(t.dtype)) + " " + shape);
+  MlaKvbHalves h;
+  const auto* bits = reinterpret_cast<const uint16_t*>(t.data);  // read with unaligned-safe loads
+  h.k_nope = bits;
+  h.v = bits + d.dn * d.kv_rank;
+  h.head_stride = (d.dn + d.dv) * d.kv_rank;
+  h.name = t.name;
+  return h;
+}
+
+MlaAttnShape mla_attn_shape(const MlaDims& d) { return MlaAttnShape{d.H, d.dn, d.dr, d.dv, d.kv_rank}; }
+
 void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t T, MlaCache& cache,
-                 float* out, MlaMode mode, const ExecOptions& ex) {
+                 float* out, MlaMode mode, const ExecOptions& ex, const MlaKvbHalves* kv_b) {
   const SeqRows seg{0, T};
   MlaCache* cp = &cache;
   mla_forward_batch(w, d, x, std::span<const SeqRows>(&seg, 1), std::span<MlaCache* const>(&cp, 1),
-                    out, mode, ex);
+                    out, mode, ex, kv_b);
 }
 
 void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x,
                        std::span<const SeqRows> segs, std::span<MlaCache* const> caches, float* out,
-                       MlaMode mode, const ExecOptions& ex) {
+                       MlaMode mode, const ExecOptions& ex, const MlaKvbHalves* kv_b) {
   const int64_t H = d.H, dq = d.dn + d.dr, row = d.row();
   if (segs.size() != caches.size() || segs.empty())
     throw Error("MLA batch: expected one cache per sequence, found " + std::to_string(caches.size()) +
@@ -212,6 +151,12 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x,
                   " is not a multiple of the row width " + std::to_string(row));
   }
   const int64_t T = total_rows(segs), S = static_cast<int64_t>(segs.size());
+  MlaKvbHalves own_kv_b;
+  if (ex.fast && kv_b == nullptr) {
+    own_kv_b = mla_split_kv_b(w, d);
+    kv_b = &own_kv_b;
+  }
+  const MlaAttnShape shape = mla_attn_shape(d);
 
   // Token-parallel projections over every row of the batch.
   FBuf qa(T * d.q_rank), q(T * H * dq), ckv(T * row), gate(T * H * d.dv);
@@ -267,8 +212,10 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x,
     const bool too_big = n_all * H * (d.dn + d.dv) * int64_t{4} > kMaxExpandedBytes;
     const bool absorbed = mode == MlaMode::Absorbed || (mode == MlaMode::Auto && (Ts == 1 || too_big)) ||
                           segs[s].per_token;
-    if (ex.fast)
-      mla_attend_fast(w, d, &q[r0 * H * dq], Ts, cache, n_past, absorbed, &o[r0 * H * d.dv]);
+    if (ex.fast && absorbed)
+      mla_attend_absorbed(*kv_b, shape, &q[r0 * H * dq], Ts, cache.rows.data(), n_past, &o[r0 * H * d.dv]);
+    else if (ex.fast)
+      mla_attend_expanded(*w.kv_b, shape, &q[r0 * H * dq], Ts, cache.rows.data(), n_past, &o[r0 * H * d.dv]);
     else
       mla_attend_ref(w, d, &q[r0 * H * dq], Ts, cache, n_past, absorbed, scale, &o[r0 * H * d.dv]);
   };

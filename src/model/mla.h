@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "io/config.h"
+#include "kernels/mla_attend.h"
 #include "model/exec.h"
 #include "model/weights.h"
 
@@ -45,15 +46,23 @@ enum class MlaMode {
   Absorbed,  ///< q_abs = W_kbᵀ q_nope; scores and context in latent space; o = W_vb ctx (spec §3.3)
 };
 
+/// kv_b split into its k_nope and v halves (kernels/mla_attend.h: views, no copy), done once per
+/// layer when the model is built. Errors: k3::Error naming the tensor when kv_b is not BF16
+/// [H·(dn + dv), kv_rank] with data.
+MlaKvbHalves mla_split_kv_b(const MlaWeights& w, const MlaDims& dims);
+
+/// The head sizes of the attention ops (kernels/mla_attend.h).
+MlaAttnShape mla_attn_shape(const MlaDims& dims);
+
 /// Forward of one MLA layer over T consecutive tokens of one sequence.
 /// x: [T, D] fp32, already normalized by input_layernorm; out: [T, D] (must not alias x).
 /// Appends T rows to `cache`; token t attends to every cached position up to and including itself.
-/// ex.fast: projections and the per-position k_nope/v expansion through k3::matmul, attention in
-/// fp32 with heads in parallel (parallel_for); Absorbed reads W_kb/W_vb rows of each head once per
-/// token. Otherwise the k3::ref oracle (fp64 dots). Throws k3::Error on a malformed cache.
+/// ex.fast: projections through k3::matmul, attention by the ops of kernels/mla_attend.h
+/// (mla_attend_expanded / mla_attend_absorbed on `kv_b`, the halves from mla_split_kv_b; null:
+/// split here). Otherwise the k3::ref oracle (fp64 dots). Throws k3::Error on a malformed cache.
 void mla_forward(const MlaWeights& w, const MlaDims& dims, const float* x, int64_t T,
                  MlaCache& cache, float* out, MlaMode mode = MlaMode::Auto,
-                 const ExecOptions& ex = {});
+                 const ExecOptions& ex = {}, const MlaKvbHalves* kv_b = nullptr);
 
 /// mla_forward over a batch of sequences (mla_forward is the batch of one): x and out are
 /// [T_total, D] blocks whose rows segs[s] belong to sequence s, appended to caches[s]. The
@@ -63,6 +72,7 @@ void mla_forward(const MlaWeights& w, const MlaDims& dims, const float* x, int64
 /// segs do not tile [0, T_total) in order, or a cache is malformed (nothing is appended then).
 void mla_forward_batch(const MlaWeights& w, const MlaDims& dims, const float* x,
                        std::span<const SeqRows> segs, std::span<MlaCache* const> caches, float* out,
-                       MlaMode mode = MlaMode::Auto, const ExecOptions& ex = {});
+                       MlaMode mode = MlaMode::Auto, const ExecOptions& ex = {},
+                       const MlaKvbHalves* kv_b = nullptr);
 
 }  // namespace k3

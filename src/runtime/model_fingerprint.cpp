@@ -2,13 +2,10 @@
 #include "runtime/model_fingerprint.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "core/read_file.h"
-#include "kernels/dispatch.h"
-#include "kernels/numerics.h"
-#include "kernels/ops.h"
+#include "kernels/exec_config.h"
 
 namespace k3 {
 
@@ -38,10 +35,10 @@ std::string model_fingerprint(const Checkpoint& ck, const Model& model) {
     }
   }
   const ModelOptions& o = model.options();
-  mix(std::string("isa=") + isa_name(active_isa()) + " kernels=" +
-      (o.kernels == ModelKernels::Fast ? "fast" : "ref") +
-      " mxfp4=" + (o.mxfp4 ? mxfp4_path_name(*o.mxfp4) : "exact") +
-      " numerics=" + numerics_name(numerics_mode()) + " prefill_chunk=" + std::to_string(o.prefill_chunk) + " trunk=" +
+  const ExecContext x = resolve_exec_config(o.exec);  // resolved by the model: every field is set
+  mix(std::string("isa=") + isa_name(x.isa) + " kernels=" + model_kernels_name(x.kernels) +
+      " mxfp4=" + mxfp4_path_name(x.mxfp4) + " numerics=" + numerics_name(x.numerics) +
+      " prefill_chunk=" + std::to_string(o.prefill_chunk) + " trunk=" +
       (!o.trunk_quant ? "bf16" : *o.trunk_quant == QuantKind::Q8 ? "q8" : "q4"));
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));

@@ -1,8 +1,9 @@
 // A model fingerprint: 16 hex digits that change when anything that decides the bits of a
 // forward pass changes — the checkpoint (config.json, every tensor's name, dtype, shape and a
-// sample of its bytes: first, middle and last 64 of each tensor) and the numeric path (kernel
-// ISA, MXFP4 path, numerics mode, prefill chunk, Fast vs Reference kernels, trunk quantization). Stored in prefix-cache disk entries and sequence-state files so a
-// state of another model, or of the same model computed another way, is never resumed.
+// sample of its bytes: first, middle and last 64 of each tensor) and the numeric path (the
+// model's resolved execution config, ModelOptions::exec: kernel ISA, MXFP4 path, numerics mode,
+// Fast vs Reference kernels; the prefill chunk, trunk quantization). Stored in prefix-cache disk
+// entries and sequence-state files so a state of another model, or of the same model computed another way, is never resumed.
 #pragma once
 #include <cstdint>
 #include <span>

@@ -16,6 +16,7 @@
 #include "core/mxfp4.h"
 #include "kernel_test_util.h"
 #include "kernels/mxfp8.h"
+#include "kernels/exec_config.h"
 #include "kernels/numerics.h"
 #include "kernels/ops.h"
 
@@ -214,13 +215,14 @@ TEST(Mxfp8, RelativeErrorBound) {
   }
 }
 
-// The ops follow the process's mode (ctest runs this binary with K3_NUMERICS=exact|mxfp8|bf16):
+// The ops follow the execution context's mode (ctest runs this binary with the process default
+// --k3-numerics=mxfp8|bf16|int8, tests/test_main.cpp):
 // matmul_bf16 equals the dp kernel on rounded activations in 'bf16', the fp32 kernel otherwise;
 // either way a token's row is the same alone and in a batch.
 TEST(NumericsMode, OpsFollowTheModeAndStayBatchInvariant) {
   const k3::Numerics mode = k3::numerics_mode();
   std::printf("[numerics] mode %s, mxfp4 path %s\n", k3::numerics_name(mode),
-              k3::mxfp4_path_name(k3::default_mxfp4_path()));
+              k3::mxfp4_path_name(k3::exec_context().mxfp4));
   std::mt19937 g(12);
   const int64_t rows = 96, k = 320, t = 40;
   const auto w = rand_bf16(g, static_cast<size_t>(rows * k));

@@ -27,7 +27,7 @@ std::vector<int32_t> ids_of(int n, int64_t vocab, int seed) {
 
 k3::ModelOptions opts(k3::ModelKernels k, int64_t chunk) {
   k3::ModelOptions o;
-  o.kernels = k;
+  o.exec.kernels = k;
   o.prefill_chunk = chunk;
   return o;
 }

@@ -52,8 +52,8 @@ bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
 
 k3::ModelOptions opts(k3::ModelKernels kernels, std::shared_ptr<k3::ExpertStore> store, int64_t chunk = 256) {
   k3::ModelOptions o;
-  o.kernels = kernels;
-  o.mxfp4 = k3::Mxfp4Path::ExactF32;
+  o.exec.kernels = kernels;
+  o.exec.mxfp4 = k3::Mxfp4Path::ExactF32;
   o.prefill_chunk = chunk;
   o.expert_store = std::move(store);
   return o;

@@ -1,7 +1,8 @@
 // Fast forward path (ModelKernels::Fast: dispatched kernels, chunked KDA, grouped MXFP4 experts)
 // against the k3::ref oracle path on every gen_tiny variant, and chunked prefill against
 // token-by-token prefill — on the tiny checkpoints always and on models/k3-mini when present.
-// Runs under the process ISA (K3_ISA; ctest also runs these with K3_ISA=scalar, tests/CMakeLists).
+// Runs under the process default ISA (the best; ctest also runs these with --k3-isa=scalar,
+// tests/test_main.cpp and tests/CMakeLists).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,8 +29,8 @@ const char* kVariants[] = {"k3", "scaled", "many_experts", "kimi_linear_gate"};
 
 k3::ModelOptions opts(k3::ModelKernels k, k3::Mxfp4Path p, int64_t chunk = 256) {
   k3::ModelOptions o;
-  o.kernels = k;
-  o.mxfp4 = p;
+  o.exec.kernels = k;
+  o.exec.mxfp4 = p;
   o.prefill_chunk = chunk;
   return o;
 }
@@ -266,10 +267,10 @@ TEST(FastPath, ThreadCountDoesNotChangeResults) {
 TEST(FastPath, RejectsBadOptions) {
   auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("k3", 1));
   EXPECT_THROW((void)k3::Model(*ck, opts(k3::ModelKernels::Fast, k3::Mxfp4Path::Int8, 0)), k3::Error);
-  const k3::Model m(*ck);  // defaults: Fast, chunk 256, mxfp4 from K3_MXFP4
-  EXPECT_EQ(m.options().kernels, k3::default_model_kernels());
+  const k3::Model m(*ck);  // defaults: the process exec config (Fast), chunk 256, mxfp4 resolved
+  EXPECT_EQ(m.options().exec.kernels, k3::default_exec_config().kernels.value_or(k3::ModelKernels::Fast));
   EXPECT_EQ(m.options().prefill_chunk, 256);
-  EXPECT_TRUE(m.options().mxfp4.has_value());
+  EXPECT_TRUE(m.options().exec.mxfp4.has_value());
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ struct Tiny {
     // The k3::ref oracle path, whose prefill/decode/fork semantics these tests pin at 1e-6; the
     // default (Fast) path has the same checks at its own tolerance in fast_path_test.cpp.
     k3::ModelOptions o;
-    o.kernels = k3::ModelKernels::Reference;
+    o.exec.kernels = k3::ModelKernels::Reference;
     model = std::make_unique<k3::Model>(*ck, o);
   }
   int64_t V() const { return model->config().vocab_size; }

@@ -20,8 +20,8 @@ namespace {
 
 std::vector<float> logits_of(const k3::Checkpoint& ck, std::optional<k3::QuantKind> q, const std::vector<int32_t>& ids) {
   k3::ModelOptions mo;
-  mo.kernels = k3::ModelKernels::Fast;
-  mo.mxfp4 = k3::Mxfp4Path::ExactF32;
+  mo.exec.kernels = k3::ModelKernels::Fast;
+  mo.exec.mxfp4 = k3::Mxfp4Path::ExactF32;
   mo.trunk_quant = q;
   const k3::Model m(ck, mo);
   auto s = m.new_sequence();

@@ -57,8 +57,8 @@ inline const k3::LoadedModel& tiny() {
   static const k3::LoadedModel m = [] {
     k3::set_num_threads(1);
     k3::ModelOptions o;
-    o.kernels = k3::ModelKernels::Fast;
-    o.mxfp4 = k3::Mxfp4Path::ExactF32;
+    o.exec.kernels = k3::ModelKernels::Fast;
+    o.exec.mxfp4 = k3::Mxfp4Path::ExactF32;
     return k3::LoadedModel::open(tiny_model_dir(), o);
   }();
   return m;

@@ -42,7 +42,7 @@ const k3::Model& model_chunk(int64_t chunk) {
   if (!m) {
     k3::ModelOptions o;
     o.prefill_chunk = chunk;
-    o.mxfp4 = k3::Mxfp4Path::ExactF32;
+    o.exec.mxfp4 = k3::Mxfp4Path::ExactF32;
     m = std::make_unique<k3::Model>(*mini().checkpoint, o);
   }
   return *m;

@@ -46,8 +46,8 @@ const k3::LoadedModel& tiny_other() {
       if (std::system(cmd.c_str()) != 0) throw std::runtime_error("gen_tiny.py failed: " + cmd);
       std::ofstream(dir / "tiktoken.model") << k3test::byte_tiktoken_model();
       k3::ModelOptions o;
-      o.kernels = k3::ModelKernels::Fast;
-      o.mxfp4 = k3::Mxfp4Path::ExactF32;
+      o.exec.kernels = k3::ModelKernels::Fast;
+      o.exec.mxfp4 = k3::Mxfp4Path::ExactF32;
       m = k3::LoadedModel::open(dir, o);
     }
     ~Holder() {

@@ -28,7 +28,7 @@
 #include "command.h"
 #include "core/error.h"
 #include "flag_checks.h"
-#include "numerics_flag.h"
+#include "exec_flags.h"
 #include "io/checkpoint.h"
 #include "io/expert_store.h"
 #include "kernels/dispatch.h"
@@ -149,9 +149,10 @@ void page_in(const k3::Checkpoint& ck, bool skip_experts) {
 void run(const Options& o) {
   if (o.threads > 0) k3::set_num_threads(o.threads);
   const int nt = k3::num_threads();
-  const k3::Numerics numerics = o.numerics.apply(k3::default_numerics());
   auto ck = k3::Checkpoint::open(o.model);
   k3::ModelOptions mo;
+  mo.exec = o.numerics.exec(k3::default_numerics(), o.threads);
+  const k3::Numerics numerics = *mo.exec.numerics;
   std::shared_ptr<k3::ExpertStore> store;
   if (o.stream_experts) {
     k3::ExpertStoreOptions so;
@@ -257,8 +258,9 @@ void run(const Options& o) {
                  static_cast<double>(st.bytes_read) / 1e9, static_cast<unsigned long long>(st.reads));
   }
 
-  const char* kernels = model.options().kernels == k3::ModelKernels::Reference ? "ref" : "fast";
-  const std::string mxfp4 = std::string(k3::mxfp4_path_name(*model.options().mxfp4)) + ", numerics " +
+  const char* kernels = k3::model_kernels_name(*model.options().exec.kernels);
+  const char* isa = k3::isa_name(*model.options().exec.isa);
+  const std::string mxfp4 = std::string(k3::mxfp4_path_name(*model.options().exec.mxfp4)) + ", numerics " +
                             k3::numerics_name(numerics);
   const double pp_s = median(pp), tg_s = median(tg);
   const double pp_tps = o.prompt / pp_s, tg_tps = o.gen / tg_s;
@@ -276,7 +278,7 @@ void run(const Options& o) {
 
   if (o.json) {
     nlohmann::json j = {
-        {"model", o.model}, {"isa", k3::isa_name(k3::active_isa())}, {"threads", nt},
+        {"model", o.model}, {"isa", isa}, {"threads", nt},
         {"omp_wait", k3cli::omp_wait_policy()},
         {"kernels", kernels}, {"mxfp4", mxfp4},
         {"pp", {{"n_prompt", o.prompt}, {"seconds", pp}, {"median_s", pp_s}, {"tokens_per_s", pp_tps}}},
@@ -307,7 +309,7 @@ void run(const Options& o) {
               o.model.c_str(), c.num_hidden_layers, c.n_kda_layers(), c.n_mla_layers(),
               c.n_moe_layers(), c.num_experts, c.num_experts_per_token, c.vocab_size);
   std::printf("kernels %s, ISA %s, MXFP4 %s, %d threads (%s); page-in %.1f s; medians of %d runs\n\n",
-              kernels, k3::isa_name(k3::active_isa()), mxfp4.c_str(), nt, k3cli::omp_wait_policy().c_str(), t_page,
+              kernels, isa, mxfp4.c_str(), nt, k3cli::omp_wait_policy().c_str(), t_page,
               o.reps);
   std::printf("| test | t/s | ms/token | weight GB/token | read GB/s | %% of probe |\n|---|---|---|---|---|---|\n");
   std::printf("| pp%d | %.2f | %.2f | | | |\n", o.prompt, pp_tps, 1e3 / pp_tps);

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "command.h"
-#include "numerics_flag.h"
+#include "exec_flags.h"
 #include "core/error.h"
 #include "core/read_file.h"
 #include "flag_checks.h"
@@ -136,8 +136,8 @@ void run(const Options& o) {
   auto ck = k3::Checkpoint::open(o.model);
   // `k3 logits` is exact by default (numerics 'exact': fp32 activations, the fp64 reference's
   // 1e-5 contract); --numerics / K3_NUMERICS select another mode, K3_MXFP4 the expert path.
-  o.numerics.apply(k3::Numerics::Exact);
   k3::ModelOptions mo;
+  mo.exec = o.numerics.exec(k3::Numerics::Exact);
   k3::Model model(*ck, mo);
   const int64_t V = model.config().vocab_size, T = static_cast<int64_t>(ids.size());
   for (int64_t t = 0; t < T; ++t)

@@ -69,8 +69,9 @@ void run(const PplOptions& o) {
   const std::string text = k3::read_file_bounded(o.file, "-f/--file", o.input_limit.limits());
   k3cli::check_utf8(text, false, "-f/--file '" + o.file + "'");
   k3cli::set_threads(o.threads);
-  o.numerics.apply(k3::default_numerics());
-  k3::LoadedModel lm = k3::LoadedModel::open(o.model_dir);
+  k3::ModelOptions mo;
+  mo.exec = o.numerics.exec(k3::default_numerics(), o.threads);
+  k3::LoadedModel lm = k3::LoadedModel::open(o.model_dir, mo);
   const std::vector<int32_t> tokens = lm.tokenizer->encode(text);
   const int64_t stride = o.stride == 0 ? o.n_ctx / 2 : o.stride;
   const std::vector<int64_t> starts = k3::perplexity_windows(static_cast<int64_t>(tokens.size()), o.n_ctx, stride);

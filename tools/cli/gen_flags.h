@@ -15,7 +15,7 @@
 #include "flag_checks.h"
 #include "io/memory_plan.h"
 #include "kernels/threads.h"
-#include "numerics_flag.h"
+#include "exec_flags.h"
 #include "omp_wait.h"
 #include "runtime/loaded_model.h"
 #include "runtime/sampler.h"
@@ -64,10 +64,11 @@ struct GenFlags {
   double ram_gb = 0;           ///< --ram-gb: check the memory plan at start-up (0 = off unless streaming)
   std::string trunk_type = "bf16";
 
-  /// Model options of these flags (--trunk-type). Errors: k3::Error on an unknown trunk type.
+  /// Model options of these flags (--trunk-type, --numerics, -t; K3_* via exec_flags.h).
+  /// Errors: k3::Error on an unknown trunk type, as exec_config for the rest.
   k3::ModelOptions model_options() const {
-    numerics.apply(k3::default_numerics());
     k3::ModelOptions mo;
+    mo.exec = numerics.exec(k3::default_numerics(), threads);
     const auto t = k3::trunk_type_from_name(trunk_type);
     if (!t) throw k3::Error("--trunk-type: expected bf16, q8 or q4, found '" + trunk_type + "'");
     if (*t == k3::TrunkType::Q8) mo.trunk_quant = k3::QuantKind::Q8;

@@ -1,6 +1,8 @@
 // The AVX2 + FMA kernel table.
 #include "kernels/avx2/avx2_kernels.h"
+#include "kernels/avx2/kda_avx2.h"
 #include "kernels/kernel_table.h"
+#include "kernels/q8q4_trunk.h"
 
 namespace k3 {
 const KernelTable& kernel_table_avx2() {
@@ -15,6 +17,9 @@ const KernelTable& kernel_table_avx2() {
     k.gemm_mxfp4_dp = avx2::gemm_mxfp4_dp;
     k.situ_glu = avx2::situ_glu;
     k.read_sum = avx2::read_sum;
+    k.kda_chunk_heads = avx2::kda_chunk_heads;
+    k.kda_decode_heads = avx2::kda_decode_heads;
+    k.quant_rows = detail::quant_rows_avx2;
     avx2::fill_vec_table(k);
     return k;
   }();

@@ -1,9 +1,8 @@
 // The AVX-512 kernel table. The element-wise kernels (Q8 quantization, SiTU-GLU) are not on the
 // hot path (or are memory-bound), so this table reuses the AVX2 ones (the read probe has its own,
-// with 64-byte loads: avx512/read_sum.cpp): every CPU with
-// our AVX-512 level also has AVX2 + FMA (cpu_features.cpp requires both). The k3::vec primitives
-// are the AVX2 (8-lane) build too: they are a small share of the time, and a 16-lane build could
-// not be run on the development machines (no AVX-512), so it is not shipped untested.
+// with 64-byte loads: avx512/read_sum.cpp): every CPU with our AVX-512 level also has AVX2 + FMA
+// (cpu_features.cpp requires both). The k3::vec primitives, the KDA kernels and the q8/q4 trunk
+// rows are the AVX2 (8-lane) builds too; no 16-lane build of them exists.
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
 

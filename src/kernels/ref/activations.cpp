@@ -6,8 +6,4 @@ void sigmoid_inplace(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = sigmoid(x[i]);
 }
 
-void silu_inplace(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = silu(x[i]);
-}
-
 }  // namespace k3::ref

@@ -33,6 +33,5 @@ inline float swiglu(float g, float u) { return silu(g) * u; }
 
 /// In place over n elements.
 void sigmoid_inplace(float* x, int64_t n);
-void silu_inplace(float* x, int64_t n);
 
 }  // namespace k3::ref

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "kernels/kernel_table.h"
+#include "kernels/q8q4_trunk.h"
+#include "kernels/scalar/kda_scalar.h"
 #include "kernels/ref/activations.h"
 #include "kernels/vec_impl.h"
 
@@ -184,6 +186,9 @@ const KernelTable& kernel_table_scalar() {
     k.gemm_mxfp4_dp = gemm_mxfp4_dp;
     k.situ_glu = situ_glu;
     k.read_sum = read_sum;
+    k.kda_chunk_heads = scalar::kda_chunk_heads;
+    k.kda_decode_heads = scalar::kda_decode_heads;
+    k.quant_rows = detail::quant_rows_scalar;
     vec_fill_table(k);  // vec_impl.h built for the x86-64 baseline (4-lane SSE2 vectors)
     return k;
   }();

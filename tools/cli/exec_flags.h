@@ -1,9 +1,11 @@
-// `--numerics exact|mxfp8|bf16` of run / chat / serve / bench / perplexity / logits (issue 14).
+// The execution config of a command (kernels/exec_config.h) from its flags and the environment:
+// `--numerics exact|mxfp8|bf16|int8` (run / chat / serve / bench / perplexity / logits), -t, and
+// K3_ISA / K3_KERNELS / K3_NUMERICS / K3_MXFP4 (tools/exec_env.h).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "kernels/numerics.h"
+#include "tools/exec_env.h"
 
 namespace k3cli {
 
@@ -18,8 +20,10 @@ struct NumericsFlag {
                     "exact; the others: int8, docs/performance.md)")
         ->check(CLI::IsMember({"exact", "mxfp8", "bf16", "int8"}));
   }
-  /// Fixes the process's mode (before the model loads). Errors: k3::Error (bad K3_NUMERICS, K3_BF16_DOT).
-  k3::Numerics apply(k3::Numerics fallback) const { return k3::select_numerics(value, fallback); }
+  /// The command's execution config (k3tools::exec_config) with this flag. Errors: as exec_config.
+  k3::ExecConfig exec(k3::Numerics fallback, int threads = 0) const {
+    return k3tools::exec_config(value, fallback, threads);
+  }
 };
 
 }  // namespace k3cli
