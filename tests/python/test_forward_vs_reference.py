@@ -219,8 +219,8 @@ def test_kernel_paths_vs_reference(models, variant, tmp_path):
     oracle path (K3_KERNELS=ref) within 1e-5 and the Fast path with exact MXFP4 within 2e-5 (fp32
     instead of fp64 accumulation roughly doubles the rounding error at every layer; these random
     tiny models amplify it to ~1e-5 by the logits — measured max 1.4e-5; Fast vs the ref path is
-    <= 1e-5 in tests/model/fast_path_test.cpp). (The int8 MXFP4
-    path is bounded per MoE layer and on k3-mini in tests/model/fast_path_test.cpp: on these
+    <= 1e-5 in tests/model/test_fast_path.cpp). (The int8 MXFP4
+    path is bounded per MoE layer and on k3-mini in tests/model/test_fast_path.cpp: on these
     random tiny models its ~1e-2 per-layer error flips near-tied router choices, so whole-model
     logits differ O(1).) Prints the measured errors."""
     d = models[variant]
