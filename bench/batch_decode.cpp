@@ -99,8 +99,10 @@ Run run(const k3::Model& m, int64_t n_parallel, const std::vector<k3::SeqRequest
 
 int main(int argc, char** argv) try {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR [--streams 1,2,4,8,16,32] [--prompt N] [--decode N] "
-                         "[--threads N] [--mixed R] [--mixed-prompt N]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s MODEL_DIR [--streams 1,2,4,8,16,32] [--prompt N] [--decode N] "
+                 "[--threads N] [--mixed R] [--mixed-prompt N]\n",
+                 argv[0]);
     return 2;
   }
   std::vector<int64_t> streams = {1, 2, 4, 8, 16, 32};
@@ -158,10 +160,10 @@ int main(int argc, char** argv) try {
       at.push_back(0.05 * i);
     }
     const Run r = run(m, std::min(mixed, 8), reqs, at);
-    std::printf("mixed load: %d requests (every 4th with a %d-token prompt) 50 ms apart, 8 slots: "
-                "TTFT p50 %.1f ms p95 %.1f ms | ITL p50 %.1f ms p95 %.1f ms | aggregate %.2f tok/s\n",
-                mixed, mixed_prompt, r.ttft_p50 * 1e3, r.ttft_p95 * 1e3, r.itl_p50 * 1e3, r.itl_p95 * 1e3,
-                r.agg_tps);
+    std::printf(
+        "mixed load: %d requests (every 4th with a %d-token prompt) 50 ms apart, 8 slots: "
+        "TTFT p50 %.1f ms p95 %.1f ms | ITL p50 %.1f ms p95 %.1f ms | aggregate %.2f tok/s\n",
+        mixed, mixed_prompt, r.ttft_p50 * 1e3, r.ttft_p95 * 1e3, r.itl_p50 * 1e3, r.itl_p95 * 1e3, r.agg_tps);
   }
   return 0;
 } catch (const std::exception& e) {

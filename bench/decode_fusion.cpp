@@ -57,9 +57,10 @@ int main(int argc, char** argv) try {
     ws.push_back(&v[i]);
   }
   const int max_t = k3::num_threads();
-  std::printf("ISA %s; KDA projections of one token, %.0f MB of bf16; medians of %d alternating samples\n\n"
-              "| threads | one matmul per weight ms | GB/s | matmul_same_input ms | GB/s | speed-up |\n|---|---|---|---|---|---|\n",
-              k3::isa_name(k3::active_isa()), bytes / 1e6, samples);
+  std::printf(
+      "ISA %s; KDA projections of one token, %.0f MB of bf16; medians of %d alternating samples\n\n"
+      "| threads | one matmul per weight ms | GB/s | matmul_same_input ms | GB/s | speed-up |\n|---|---|---|---|---|---|\n",
+      k3::isa_name(k3::active_isa()), bytes / 1e6, samples);
   for (int t = 1; t <= max_t; ++t) {
     k3::set_num_threads(t);
     std::vector<double> a, b;

@@ -58,8 +58,9 @@ int main(int argc, char** argv) try {
   // On AVX-512 CPUs the previous MXFP4 kernel (per-row VNNI, k3::avx512::gemm_mxfp4_q8_rowwise) is
   // timed in the same loop, single call per matrix and row range as the dispatched one (1 thread).
   const bool prev = k3::active_isa() == k3::Isa::Avx512;
-  std::printf("| T | bf16 [12288,7168] ms | GB/s | GFLOP/s | MXFP4 24x[3072,3584] ms | GB/s | GFLOP/s |%s\n|---:|---:|---:|---:|---:|---:|---:|%s\n",
-              prev ? " previous AVX-512 MXFP4 ms (1 thread) |" : "", prev ? "---:|" : "");
+  std::printf(
+      "| T | bf16 [12288,7168] ms | GB/s | GFLOP/s | MXFP4 24x[3072,3584] ms | GB/s | GFLOP/s |%s\n|---:|---:|---:|---:|---:|---:|---:|%s\n",
+      prev ? " previous AVX-512 MXFP4 ms (1 thread) |" : "", prev ? "---:|" : "");
   k3::Q8Activations xq;
   for (int64_t T : tokens) {
     std::vector<double> tb, tm, tp;

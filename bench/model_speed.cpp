@@ -18,9 +18,7 @@
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -52,8 +50,10 @@ Speed measure(const k3::Model& m, int n_prompt, int n_decode) {
 
 int main(int argc, char** argv) try {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR [--prompt N] [--decode N] [--runs R] "
-                         "[--kernels fast|ref|both] [--chunk C] [--threads N]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s MODEL_DIR [--prompt N] [--decode N] [--runs R] "
+                 "[--kernels fast|ref|both] [--chunk C] [--threads N]\n",
+                 argv[0]);
     return 2;
   }
   int n_prompt = 256, n_decode = 32, runs = 3;
@@ -71,9 +71,8 @@ int main(int argc, char** argv) try {
   }
   if (n_prompt < 1 || n_decode < 1 || runs < 1) throw k3::Error("--prompt/--decode/--runs must be >= 1");
   auto ck = k3::Checkpoint::open(argv[1]);
-  std::printf("model %s  prompt %d  decode %d  runs %d  chunk %lld  ISA %s  threads %d\n", argv[1],
-              n_prompt, n_decode, runs, static_cast<long long>(chunk),
-              k3::isa_name(k3::active_isa()), k3::num_threads());
+  std::printf("model %s  prompt %d  decode %d  runs %d  chunk %lld  ISA %s  threads %d\n", argv[1], n_prompt, n_decode,
+              runs, static_cast<long long>(chunk), k3::isa_name(k3::active_isa()), k3::num_threads());
   for (const char* kname : {"ref", "fast"}) {
     if (which != "both" && which != kname) continue;
     k3::ModelOptions o;
@@ -85,15 +84,15 @@ int main(int argc, char** argv) try {
       const Speed s = measure(m, n_prompt, n_decode);
       pre.push_back(s.prefill_tps);
       dec.push_back(s.decode_tps);
-      std::printf("  %-4s run %d: prefill %10.1f tok/s  decode %8.1f tok/s\n", kname, r, s.prefill_tps,
-                  s.decode_tps);
+      std::printf("  %-4s run %d: prefill %10.1f tok/s  decode %8.1f tok/s\n", kname, r, s.prefill_tps, s.decode_tps);
     }
     const double p = median(pre), d = median(dec);
-    std::printf("%-4s (mxfp4 %s) median: prefill %10.1f tok/s  decode %8.1f tok/s  "
-                "prefill-per-token speedup over decode-per-token %.1fx\n",
-                kname, o.kernels == k3::ModelKernels::Fast
-                           ? (*m.options().mxfp4 == k3::Mxfp4Path::Int8 ? "int8" : "exact") : "ref",
-                p, d, p / d);
+    std::printf(
+        "%-4s (mxfp4 %s) median: prefill %10.1f tok/s  decode %8.1f tok/s  "
+        "prefill-per-token speedup over decode-per-token %.1fx\n",
+        kname,
+        o.kernels == k3::ModelKernels::Fast ? (*m.options().mxfp4 == k3::Mxfp4Path::Int8 ? "int8" : "exact") : "ref", p,
+        d, p / d);
   }
   return 0;
 } catch (const std::exception& e) {

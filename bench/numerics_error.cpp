@@ -65,10 +65,11 @@ int main(int argc, char** argv) {
       return m.forward(s, ids, true);
     };
     const std::vector<float> exact = run(k3::Numerics::Exact, k3::Mxfp4Path::ExactF32);
-    std::printf("%s: %lld tokens, ISA-dispatched fast kernels\n\n"
-                "| mode | trunk activations | experts | perplexity | logits rel-L2 vs exact: mean | max | top-1 agreement |\n"
-                "|---|---|---|---|---|---|---|\n",
-                dir.c_str(), static_cast<long long>(T));
+    std::printf(
+        "%s: %lld tokens, ISA-dispatched fast kernels\n\n"
+        "| mode | trunk activations | experts | perplexity | logits rel-L2 vs exact: mean | max | top-1 agreement |\n"
+        "|---|---|---|---|---|---|---|\n",
+        dir.c_str(), static_cast<long long>(T));
     struct Row {
       const char* name;
       k3::Numerics n;
@@ -81,9 +82,8 @@ int main(int argc, char** argv) {
                         {"(bf16 trunk + mxfp8 experts)", k3::Numerics::Bf16, k3::Mxfp4Path::Mxfp8},
                         {"(bf16 trunk + exact experts)", k3::Numerics::Bf16, k3::Mxfp4Path::ExactF32}};
     for (const Row& r : rows) {
-      const std::vector<float> got = r.n == k3::Numerics::Exact && r.experts == k3::Mxfp4Path::ExactF32
-                                         ? exact
-                                         : run(r.n, r.experts);
+      const std::vector<float> got =
+          r.n == k3::Numerics::Exact && r.experts == k3::Mxfp4Path::ExactF32 ? exact : run(r.n, r.experts);
       double sum = 0, mx = 0;
       int64_t agree = 0;
       for (int64_t t = 0; t < T; ++t) {
@@ -102,9 +102,8 @@ int main(int argc, char** argv) {
       k3::force_numerics_mode(r.n);
       const k3::Mxfp4Path ep = r.experts ? *r.experts : k3::default_mxfp4_path();
       std::printf("| %s | %s | %s | %.4f | %.2e | %.2e | %.2f%% |\n", r.name,
-                  r.n == k3::Numerics::Bf16 ? "bf16" : "fp32", k3::mxfp4_path_name(ep),
-                  perplexity(got, ids, V), sum / static_cast<double>(T), mx,
-                  100.0 * static_cast<double>(agree) / static_cast<double>(T));
+                  r.n == k3::Numerics::Bf16 ? "bf16" : "fp32", k3::mxfp4_path_name(ep), perplexity(got, ids, V),
+                  sum / static_cast<double>(T), mx, 100.0 * static_cast<double>(agree) / static_cast<double>(T));
       std::fflush(stdout);
     }
   } catch (const k3::Error& e) {

@@ -78,7 +78,8 @@ int main(int argc, char** argv) try {
   for (int64_t j = 0; j < Tmax; ++j) std::copy_n(x.data() + j * K, EK, xe.data() + j * EK);
 
   std::printf("1 thread, medians of %d; GFLOP/s (2·rows·K·T per call)\n\n", reps);
-  std::printf("| ISA | T | bf16 fp32 (exact) | bf16 dp (bf16) | MXFP4 f32 (exact) | MXFP4 q8 (int8) | MXFP4 dp (mxfp8) |\n");
+  std::printf(
+      "| ISA | T | bf16 fp32 (exact) | bf16 dp (bf16) | MXFP4 f32 (exact) | MXFP4 q8 (int8) | MXFP4 dp (mxfp8) |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   for (k3::Isa isa : k3::supported_isas()) {
     if (isa == k3::Isa::Scalar) continue;
@@ -88,17 +89,15 @@ int main(int argc, char** argv) try {
       const int r = T >= 128 ? std::max(1, reps / 2) : reps;
       const double a = time_it(r, [&] { kt.gemm_bf16(w.data(), K, K, x.data(), K, T, y.data(), R, 0, R); });
       const double b = time_it(r, [&] { kt.gemm_bf16_dp(w.data(), K, K, xb.data(), K, T, y.data(), R, 0, R); });
-      const double c = time_it(r, [&] {
-        kt.gemm_mxfp4_f32(packed.data(), scale.data(), EK, xe.data(), EK, T, y.data(), ER, 0, ER);
-      });
+      const double c = time_it(
+          r, [&] { kt.gemm_mxfp4_f32(packed.data(), scale.data(), EK, xe.data(), EK, T, y.data(), ER, 0, ER); });
       const double d = time_it(r, [&] {
         kt.gemm_mxfp4_q8(packed.data(), scale.data(), EK, xq.q.data(), xq.s.data(), T, y.data(), ER, 0, ER);
       });
-      const double e = time_it(r, [&] {
-        kt.gemm_mxfp4_dp(packed.data(), scale.data(), EK, xm.data(), EK, T, y.data(), ER, 0, ER);
-      });
-      std::printf("| %s | %lld | %.1f | %.1f | %.1f | %.1f | %.1f |\n", k3::isa_name(isa),
-                  static_cast<long long>(T), fb / a, fb / b, fm / c, fm / d, fm / e);
+      const double e =
+          time_it(r, [&] { kt.gemm_mxfp4_dp(packed.data(), scale.data(), EK, xm.data(), EK, T, y.data(), ER, 0, ER); });
+      std::printf("| %s | %lld | %.1f | %.1f | %.1f | %.1f | %.1f |\n", k3::isa_name(isa), static_cast<long long>(T),
+                  fb / a, fb / b, fm / c, fm / d, fm / e);
       std::fflush(stdout);
     }
   }

@@ -54,8 +54,9 @@ int64_t arg(int argc, char** argv, const char* name, int64_t def) {
 
 int main(int argc, char** argv) try {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: k3_bench_prefix_cache MODEL_DIR [--turns 10] [--system 512] [--user 96] "
-                         "[--answer 16] [--block 256] [--threads 2] [--state-file F]\n");
+    std::fprintf(stderr,
+                 "usage: k3_bench_prefix_cache MODEL_DIR [--turns 10] [--system 512] [--user 96] "
+                 "[--answer 16] [--block 256] [--threads 2] [--state-file F]\n");
     return 2;
   }
   const int turns = static_cast<int>(arg(argc, argv, "--turns", 10));
@@ -77,11 +78,12 @@ int main(int argc, char** argv) try {
   po.block_tokens = block;
   po.ram_bytes = 8ull << 30;
   k3::PrefixCache cache(m, k3::model_fingerprint(*ck, m), po);
-  std::printf("model %s | ISA %s | %d threads | block %lld tokens | KDA snapshot %.2f MiB, MLA block %.2f MiB, "
-              "snapshot every %lld blocks\n",
-              argv[1], k3::isa_name(k3::active_isa()), threads, static_cast<long long>(block),
-              cache.snapshot_bytes() / 1048576.0, cache.block_mla_bytes() / 1048576.0,
-              static_cast<long long>(cache.snapshot_every()));
+  std::printf(
+      "model %s | ISA %s | %d threads | block %lld tokens | KDA snapshot %.2f MiB, MLA block %.2f MiB, "
+      "snapshot every %lld blocks\n",
+      argv[1], k3::isa_name(k3::active_isa()), threads, static_cast<long long>(block),
+      cache.snapshot_bytes() / 1048576.0, cache.block_mla_bytes() / 1048576.0,
+      static_cast<long long>(cache.snapshot_every()));
 
   std::vector<int32_t> prompt = ids_of(system, 1, V);
   std::printf("%5s %7s %7s %12s %12s %8s\n", "turn", "prompt", "reused", "TTFT on ms", "TTFT off ms", "ratio");
@@ -152,9 +154,10 @@ int main(int argc, char** argv) try {
   }
   std::sort(ts.begin(), ts.end());
   std::sort(tr.begin(), tr.end());
-  std::printf("save/restore of the %lld-token sequence (%.2f MiB): save %.1f ms, restore %.1f ms (median of 3; "
-              "K3 report AgentENV: 133 ms / 49 ms)\n",
-              static_cast<long long>(last.n_past()), last.bytes() / 1048576.0, ts[1], tr[1]);
+  std::printf(
+      "save/restore of the %lld-token sequence (%.2f MiB): save %.1f ms, restore %.1f ms (median of 3; "
+      "K3 report AgentENV: 133 ms / 49 ms)\n",
+      static_cast<long long>(last.n_past()), last.bytes() / 1048576.0, ts[1], tr[1]);
   std::filesystem::remove(state_file);
   const k3::PrefixCacheStats st = cache.stats();
   std::printf("cache: %llu lookups, %llu hits, %llu/%llu tokens reused, RAM %.1f MiB (%llu blocks, %llu snapshots)\n",

@@ -92,12 +92,13 @@ void bench_verify(const std::string& dir, int64_t ctx, int64_t kmax, int runs) {
     tk.push_back(now_ms() - t0);
   }
   const double kda_step = median(tk);
-  std::printf("model %s | prefix %lld tokens | one decode step %.3f ms | KDA layers %lld, state record %.2f MiB "
-              "per layer | kda_decode_step %.3f ms per layer\n",
-              dir.c_str(), static_cast<long long>(ctx), step, static_cast<long long>(n_kda),
-              rec * 4.0 / 1048576.0, kda_step);
-  std::printf("| k | verify (decode form + snapshots) ms | ratio to one step | chunked forward ms | snapshot MiB | "
-              "rollback ms (keep 1) | replay: MiB, ms per kept token |\n|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "model %s | prefix %lld tokens | one decode step %.3f ms | KDA layers %lld, state record %.2f MiB "
+      "per layer | kda_decode_step %.3f ms per layer\n",
+      dir.c_str(), static_cast<long long>(ctx), step, static_cast<long long>(n_kda), rec * 4.0 / 1048576.0, kda_step);
+  std::printf(
+      "| k | verify (decode form + snapshots) ms | ratio to one step | chunked forward ms | snapshot MiB | "
+      "rollback ms (keep 1) | replay: MiB, ms per kept token |\n|---|---|---|---|---|---|---|\n");
   for (int64_t kk = 1; kk <= kmax; ++kk) {
     const std::span<const int32_t> w(win.data(), static_cast<size_t>(kk + 1));
     std::vector<double> tv, tc, tr;
@@ -170,8 +171,9 @@ void bench_accept(const std::string& dir, const std::string& draft_dir, const st
   if (draft)
     for (int64_t k : kmaxes) confs.push_back({"draft " + draft_dir, k, 2});
   std::printf("model %s | %lld tokens per prompt | medians of %d runs\n", dir.c_str(), static_cast<long long>(n), runs);
-  std::printf("| task | drafter | --draft-max | decode tok/s | speed-up | accepted / drafted | tokens per verify |\n"
-              "|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| task | drafter | --draft-max | decode tok/s | speed-up | accepted / drafted | tokens per verify |\n"
+      "|---|---|---|---|---|---|---|\n");
   for (const Task& t : tasks) {
     double plain_tps = 0;
     // Interleave: every configuration once per run, runs outer.
@@ -188,7 +190,8 @@ void bench_accept(const std::string& dir, const std::string& draft_dir, const st
           k3::Sampler s(sp);
           std::unique_ptr<k3::Speculator> spec;
           if (confs[c].kind == 1)
-            spec = std::make_unique<k3::Speculator>(std::make_unique<k3::NgramDrafter>(3), k3::SpecOptions{confs[c].kmax, 0});
+            spec = std::make_unique<k3::Speculator>(std::make_unique<k3::NgramDrafter>(3),
+                                                    k3::SpecOptions{confs[c].kmax, 0});
           if (confs[c].kind == 2)
             spec = std::make_unique<k3::Speculator>(
                 std::make_unique<k3::DraftModelDrafter>(*draft->model, sp, tok.vocab_size()),
@@ -215,9 +218,10 @@ void bench_accept(const std::string& dir, const std::string& draft_dir, const st
       if (c == 0) plain_tps = v;
       char acc[64] = "-", per[32] = "1.00";
       if (confs[c].kind) {
-        std::snprintf(acc, sizeof acc, "%lld / %lld (%.0f%%)", static_cast<long long>(st[c].accepted),
-                      static_cast<long long>(st[c].drafted),
-                      st[c].drafted ? 100.0 * static_cast<double>(st[c].accepted) / static_cast<double>(st[c].drafted) : 0.0);
+        std::snprintf(
+            acc, sizeof acc, "%lld / %lld (%.0f%%)", static_cast<long long>(st[c].accepted),
+            static_cast<long long>(st[c].drafted),
+            st[c].drafted ? 100.0 * static_cast<double>(st[c].accepted) / static_cast<double>(st[c].drafted) : 0.0);
         std::snprintf(per, sizeof per, "%.2f",
                       st[c].verifies ? static_cast<double>(st[c].emitted) / static_cast<double>(st[c].verifies) : 0.0);
       }
@@ -238,8 +242,9 @@ void bench_loop(const std::string& dir, int64_t n, int runs, const std::vector<i
   for (int r = 0; r < 3; ++r) prompt.insert(prompt.end(), block.begin(), block.end());
   std::printf("model %s | prompt: a 48-id block x 3, greedy, %lld tokens | medians of %d runs\n", dir.c_str(),
               static_cast<long long>(n), runs);
-  std::printf("| drafter | --draft-max | decode tok/s | speed-up | accepted / drafted | tokens per verify |\n"
-              "|---|---|---|---|---|---|\n");
+  std::printf(
+      "| drafter | --draft-max | decode tok/s | speed-up | accepted / drafted | tokens per verify |\n"
+      "|---|---|---|---|---|---|\n");
   std::vector<int64_t> ks = {0};
   ks.insert(ks.end(), kmaxes.begin(), kmaxes.end());
   std::vector<std::vector<double>> tps(ks.size());

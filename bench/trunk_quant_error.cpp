@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", dir, "checkpoint directory")->required();
   app.add_option("-f,--file", file, "text to score");
   app.add_option("--tokens", n_tokens, "tokens of the text used")->check(CLI::Range(2, 1 << 20));
-  app.add_option("--random-ids", random_ids, "score this many random ids instead of a text")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--random-ids", random_ids, "score this many random ids instead of a text")
+      ->check(CLI::Range(0, 1 << 20));
   CLI11_PARSE(app, argc, argv);
   try {
     auto ck = k3::Checkpoint::open(dir);
@@ -74,8 +75,9 @@ int main(int argc, char** argv) {
     };
     const std::vector<float> exact = run(std::nullopt);
     const Score se = score(exact, ids, V);
-    std::printf("%s: %lld tokens%s\n\n| trunk | perplexity | logits rel-L2 mean | max | top-1 agreement |\n|---|---|---|---|---|\n",
-                dir.c_str(), static_cast<long long>(T), random_ids > 0 ? " (random ids)" : "");
+    std::printf(
+        "%s: %lld tokens%s\n\n| trunk | perplexity | logits rel-L2 mean | max | top-1 agreement |\n|---|---|---|---|---|\n",
+        dir.c_str(), static_cast<long long>(T), random_ids > 0 ? " (random ids)" : "");
     std::printf("| bf16 (exact) | %.4f | 0 | 0 | 100%% |\n", std::exp(se.nll / static_cast<double>(se.n)));
     for (k3::QuantKind q : {k3::QuantKind::Q8, k3::QuantKind::Q4}) {
       const std::vector<float> got = run(q);

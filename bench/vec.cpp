@@ -45,11 +45,9 @@ void add(const std::string& name, int64_t bytes, std::function<void()> fn) {
 // are updated in place).
 struct Data {
   std::vector<float> x = rnd(kAct, -8.f, 8.f, 1), y = std::vector<float>(kAct);
-  std::vector<float> h = rnd(kHidden, -3.f, 3.f, 2), w = rnd(kHidden, 0.5f, 1.5f, 3),
-                     hy = std::vector<float>(kHidden);
+  std::vector<float> h = rnd(kHidden, -3.f, 3.f, 2), w = rnd(kHidden, 0.5f, 1.5f, 3), hy = std::vector<float>(kHidden);
   std::vector<float> row = rnd(kRow, -10.f, 10.f, 4), rowy = row;
-  std::vector<float> ext = rnd((kConvK - 1 + 64) * kConvC, -2.f, 2.f, 5),
-                     taps = rnd(kConvK * kConvC, -1.f, 1.f, 6),
+  std::vector<float> ext = rnd((kConvK - 1 + 64) * kConvC, -2.f, 2.f, 5), taps = rnd(kConvK * kConvC, -1.f, 1.f, 6),
                      out = std::vector<float>(64 * kConvC);
 };
 
@@ -89,9 +87,8 @@ void register_all(Data& d) {
     add("softmax" + s, row_b, [&d, k] { k->softmax(d.rowy.data(), kRow); });
     add("dot" + s, act_b, [&d, k] { benchmark::DoNotOptimize(k->dot(d.x.data(), d.y.data(), kAct)); });
     for (int64_t T : {1, 64})
-      add("short_conv_silu_T" + std::to_string(T) + s, conv_b(T), [&d, k, T] {
-        k->short_conv_silu(d.ext.data(), d.taps.data(), T, kConvC, kConvK, d.out.data());
-      });
+      add("short_conv_silu_T" + std::to_string(T) + s, conv_b(T),
+          [&d, k, T] { k->short_conv_silu(d.ext.data(), d.taps.data(), T, kConvC, kConvK, d.out.data()); });
   }
 }
 

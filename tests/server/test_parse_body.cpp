@@ -71,7 +71,8 @@ TEST(ParseBody, F1DeepToolCallArgumentsStringIsA400NamingTheField) {
     }
   }
   // 64 levels in the arguments text are accepted and render (the object is level 1).
-  const auto r = k3::server::parse_chat_request(k3::server::parse_body(chat_with_arguments("{\"a\": " + nested(63) + "}")), d);
+  const auto r =
+      k3::server::parse_chat_request(k3::server::parse_body(chat_with_arguments("{\"a\": " + nested(63) + "}")), d);
   const auto segs = k3::build_chat_segments(r.messages, r.chat);
   EXPECT_NE(k3::join_chat_segments(segs).find(std::string(63, '[')), std::string::npos);
 }

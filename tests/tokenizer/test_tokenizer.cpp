@@ -82,7 +82,8 @@ TEST(Tokenizer, ScriptHanNotScriptExtensions) {
 TEST(Tokenizer, BpeHeapEqualsScan) {
   const auto& t = k3test::kimi();
   std::mt19937 rng(7);
-  const std::string alphabet[] = {"a", "b", "e", "t", "h", " ", "\xE4\xBD\xA0", "\xE5\xA5\xBD", "0", "=", "\xF0\x9F\x98\x80"};
+  const std::string alphabet[] = {
+      "a", "b", "e", "t", "h", " ", "\xE4\xBD\xA0", "\xE5\xA5\xBD", "0", "=", "\xF0\x9F\x98\x80"};
   // reach the RankTable through a tokenizer-independent path: encode pieces directly
   auto ranks = k3::tok::RankTable::parse(k3test::read(k3test::data_dir() + "/tiktoken.model"), "tiktoken.model");
   for (int iter = 0; iter < 300; ++iter) {

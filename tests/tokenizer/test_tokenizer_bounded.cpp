@@ -15,7 +15,8 @@ using V = std::vector<int32_t>;
 TEST(TokenizerBounded, EqualsEncodeUpToTheLimitAndRefusesPastIt) {
   const auto& t = k3test::kimi();
   std::string text;
-  while (text.size() < 40000) text += "In the beginning God created the heaven and the earth. 1234567 \xE4\xBD\xA0\xE5\xA5\xBD! ";
+  while (text.size() < 40000)
+    text += "In the beginning God created the heaven and the earth. 1234567 \xE4\xBD\xA0\xE5\xA5\xBD! ";
   text += std::string(30000, 'a');  // a run Kimi's chunking cuts: several chunks
   const V all = t.encode(text);
   ASSERT_GT(all.size(), 1000u);
