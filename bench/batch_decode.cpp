@@ -5,7 +5,7 @@
 // Usage: k3_bench_batch_decode MODEL_DIR [--streams 1,2,4,8,16,32] [--prompt N=32] [--decode N=32]
 //        [--threads N] [--mixed R=0 requests] [--mixed-prompt N=512]
 // Decode is memory-bound: B streams read each weight once per step for all B rows, so the
-// aggregate should grow ~B-fold until compute binds (issue 10's goal: >= 8x at B = 16 on the
+// aggregate should grow ~B-fold until compute binds (target: >= 8x at B = 16 on the
 // K3-width bench model, tools/reference/gen_bench_model.py).
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-// k3_bench_decode_fusion — one decode step's projections of one input at K3's widths (issue 14):
+// k3_bench_decode_fusion — one decode step's projections of one input at K3's widths:
 // KDA's q/k/v/g [12288, 7168] + f_a [128, 7168] + b [96, 7168] (705 MB of bf16), T = 1, either one
 // k3::matmul per weight (one parallel region and barrier each) or one ops.h matmul_same_input
 // (one region for all six; the same bits). The two forms alternate sample by sample in one

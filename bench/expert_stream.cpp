@@ -1,4 +1,4 @@
-// Experts streamed from SSD (issue 13): decode tokens/s, the drive read rate while streaming and
+// Experts streamed from SSD: decode tokens/s, the drive read rate while streaming and
 // the expert cache's hit rate, beside a drive probe (O_DIRECT sequential and random reads of
 // expert-sized records) measured in the same run, with the page cache dropped first.
 //
@@ -36,7 +36,7 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"k3 expert streaming benchmark (issue 13)"};
+  CLI::App app{"k3 expert streaming benchmark"};
   std::string dir;
   int n_gen = 12, warmup = 2, io_threads = 16, threads = 0;
   int64_t probe_records = 64;

@@ -1,5 +1,5 @@
 // k3_bench_kernels — speed of the dispatched CPU kernels per ISA and thread count, against the
-// built-in streaming read probe (issue #6). A benchmark, not a test: prints a markdown table.
+// built-in streaming read probe. A benchmark, not a test: prints a markdown table.
 //
 //   k3_bench_kernels [--reps N] [--threads 1,2] [--probe-mb 1024] [--isa scalar,avx2,avx512]
 //                    [--gemm-only | --mxfp4-only]

@@ -1,8 +1,8 @@
-// Error of each numerics mode (kernels/numerics.h, issue 14) against the exact mode on one text:
+// Error of each numerics mode (kernels/numerics.h) against the exact mode on one text:
 // held-out perplexity (next-token NLL over the same positions), per-position logits rel-L2 (mean,
 // max) and top-1 agreement (argmax equal to the exact mode's). The whole text teacher-forced in
 // one pass (prefill chunks of 256), fast kernels. Rows: exact, int8, mxfp8, bf16 (= bf16 trunk +
-// int8 experts: what K3_BF16_DOT=1 gave with the old default K3_MXFP4=int8), and two mixes.
+// int8 experts), and two mixes.
 //
 //   k3_bench_numerics_error -m models/k3-mini -f models/k3-mini/heldout.txt [--tokens 100000]
 #include <CLI/CLI.hpp>

@@ -1,6 +1,6 @@
 // k3_bench_numerics_gemm — the prefill GEMMs of each numerics mode (kernels/numerics.h) at K3
 // widths, per ISA, one thread, the kernel-table entry called directly (no ops threading), so
-// the AVX2 and AVX-512 builds are compared on the same shapes in the same run (issue 14).
+// the AVX2 and AVX-512 builds are compared on the same shapes in the same run.
 //   k3_bench_numerics_gemm [--tokens 1,16,64,128,512] [--reps 5]
 // Shapes: bf16 trunk W [3072, 7168] (KDA/MLA projections of K3's width: 44 MB) and an MXFP4
 // expert w1 [3072, 3584] (K3's routed expert). Kernels per shape:

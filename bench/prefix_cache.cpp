@@ -1,4 +1,4 @@
-// The prefix cache (issue 11) on a multi-turn conversation: time to first token of each turn
+// The prefix cache on a multi-turn conversation: time to first token of each turn
 // with the cache on and off (measured interleaved, turn by turn), the ids reused, the snapshot
 // cost (bytes and ms per KDA snapshot, MLA bytes per block) and save / restore of the whole
 // sequence after the last turn — beside the K3 report's AgentENV 133 ms checkpoint / 49 ms

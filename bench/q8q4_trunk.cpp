@@ -1,4 +1,4 @@
-// Trunk GEMV/GEMM at K3 widths (issue 13): BF16 (k3::matmul_bf16) vs the trunk quantized at load
+// Trunk GEMV/GEMM at K3 widths: BF16 (k3::matmul_bf16) vs the trunk quantized at load
 // (k3::matmul_quant, q8 / q4), ms per call and the weight bytes read per second.
 //
 //   k3_bench_q8q4_trunk [-t N] [--rows 12288] [--cols 7168] [-T 1] [-r 20]

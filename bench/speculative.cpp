@@ -1,4 +1,4 @@
-// Speculative decoding benchmark (issue 12; not a test).
+// Speculative decoding benchmark (not a test).
 //
 //   k3_bench_speculative verify MODEL_DIR [--ctx N=64] [--kmax K=8] [--runs R=5] [--threads T]
 //     Verify cost ratio: median time of one decode-form forward over k+1 tokens (with the per-token

@@ -1,4 +1,4 @@
-// Error of the trunk quantized at load (issue 13, `--trunk-type q8|q4`) against the exact BF16
+// Error of the trunk quantized at load (`--trunk-type q8|q4`) against the exact BF16
 // trunk, on one text: per-position logits rel-L2 (mean, max), top-1 agreement, and the perplexity
 // of the text under each (next-token NLL over the same positions).
 //

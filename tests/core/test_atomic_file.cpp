@@ -72,7 +72,7 @@ TEST(AtomicFile, PlantedSymlinksAtTheOldTempNameAndTheFinalNameLeaveTheOutsideFi
   TempDir outside, dir;
   const fs::path secret = outside.p / "secret";
   std::ofstream(secret) << "outside";
-  fs::create_symlink(secret, dir.p / "state.bin.tmp");  // the old fixed temporary name
+  fs::create_symlink(secret, dir.p / "state.bin.tmp");  // a fixed temporary name
   fs::create_symlink(secret, dir.p / "other.bin");      // the final name itself
   write_file_atomic(dir.p, "state.bin", "saved-1", "test");
   write_file_atomic(dir.p, "other.bin", "saved-2", "test");

@@ -1,5 +1,5 @@
 // Bounded, type-checked file reads (core/read_file.h) and MappedFile's type check before open()
-// (issue #15 items 1-2: /dev/zero read without bound, a FIFO shard blocked open() forever).
+// (/dev/zero is refused rather than read without bound; a FIFO shard is refused before open() can block).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// Issue #15 in k3_io: config keys the engine does not honour are refused unless they hold K3's
+// Hardening of k3_io: config keys the engine does not honour are refused unless they hold K3's
 // value, config token ids are checked (item 10); the state figures of `k3 info -c` are
 // overflow-checked (item 7); the --check tensor scan finds NaN/Inf and impossible MXFP4 scales
 // (item 3).
@@ -117,7 +117,7 @@ TEST(StateBytesHardening, OverflowIsAnErrorNotAWrap) {
   sb.kda_total = 1000;
   sb.mla_per_token = 55296;  // K3: 24 MLA layers x 576 floats x 4 bytes
   EXPECT_EQ(sb.total(1 << 20), 1000u + 55296ull * 1048576);
-  // -c 1e15: 5.5e19 bytes, beyond 2^64 (the old figure wrapped to 1.84e19)
+  // -c 1e15: 5.5e19 bytes, beyond 2^64 (a wrapping 64-bit product would give 1.84e19)
   try {
     sb.total(1000000000000000LL);
     FAIL() << "no overflow error";
@@ -184,7 +184,7 @@ TEST(TensorCheck, FindsNonFiniteAndImpossibleScales) {
 }
 
 // `k3 info` opens checkpoints header-only (pread, nothing mapped): same inventory, null data,
-// and the checks that read data (A_log zero padding) still run (issue #15 item 7).
+// and the checks that read data (A_log zero padding) still run.
 TEST(CheckpointHardening, HeaderOnlyOpenMapsNothing) {
   k3test::TempDir d;
   k3test::FxCheckpoint fx = k3test::tiny_checkpoint();

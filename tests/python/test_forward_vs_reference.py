@@ -34,7 +34,7 @@ FAST_REL_TOL = 2e-5  # Fast path, exact MXFP4, vs fp64: measured max 1.4e-5 (fp3
 PY = sys.executable
 VARIANTS = ["k3", "scaled", "many_experts", "kimi_linear_gate"]
 N_PROMPT, N_GEN = 64, 32
-REL_TOL = 1e-5  # per-position relative L2 of the logits (issue #3)
+REL_TOL = 1e-5  # per-position relative L2 of the logits
 
 
 def prompt_ids(vocab, seed):
@@ -211,7 +211,7 @@ def test_invalid_mxfp4_scale_is_an_error_naming_the_tensor(models, tmp_path):
     assert p.stderr.count("\n") == 1
 
 
-# ------------------------------------------------------------------ kernel paths (issue #6)
+# ------------------------------------------------------------------ kernel paths ----------
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_kernel_paths_vs_reference(models, variant, tmp_path):

@@ -57,7 +57,7 @@ std::string chat_with_arguments(const std::string& arguments) {
 
 TEST(ParseBody, F1DeepToolCallArgumentsStringIsA400NamingTheField) {
   // The attack: 50,000-deep JSON inside the arguments *string* passes the body's depth check
-  // (it is one string there); the chat renderer used to parse and print it recursively.
+  // (it is one string there); a recursive parse and print in the chat renderer would overflow the stack.
   const k3::server::RequestDefaults d;
   for (const std::string& args : {nested(50000), "{\"a\": " + nested(50000) + "}", "{\"a\": " + nested(64) + "}"}) {
     const nlohmann::ordered_json body = k3::server::parse_body(chat_with_arguments(args));

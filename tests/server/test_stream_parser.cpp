@@ -206,8 +206,8 @@ std::string nested(int depth) {
 }
 
 TEST(StreamParser, F7DeepToolCallArgumentInModelOutputIsPassedOnAsAStringNotACrash) {
-  // The model's output is the attacker here: a 50,000-deep argument value used to be parsed and
-  // re-printed recursively (py_json_dumps) until the stack overflowed.
+  // The model's output is the attacker here: a 50,000-deep argument value parsed and re-printed
+  // recursively (py_json_dumps) would overflow the stack.
   const auto& t = k3test::kimi();
   auto out = [&](const std::string& body) {
     return t.encode("<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|>" + body +

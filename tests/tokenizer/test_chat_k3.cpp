@@ -186,8 +186,8 @@ OJ assistant_call(const std::string& arguments) {
 }
 
 TEST(ChatK3, F1DeepToolCallArgumentsStringIsAnErrorNamingTheField) {
-  // 50,000-deep JSON in the arguments string used to be parsed and printed recursively
-  // (py_json_dumps) until the stack overflowed.
+  // 50,000-deep JSON in the arguments string parsed and printed recursively
+  // (py_json_dumps) would overflow the stack.
   for (const std::string& args : {nested(50000), "{\"a\": " + nested(50000) + "}", "{\"a\": " + nested(64) + "}"}) {
     try {
       (void)k3::build_chat_segments(assistant_call(args), k3::ChatOptions{});
