@@ -34,9 +34,9 @@ double pct(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
 }
 
-std::vector<int32_t> prompt_of(int n, int seed, int64_t V) {
+std::vector<int32_t> prompt_of(int n, int seed, int64_t n_vocab) {
   std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7919 + seed * 104729 + 13) % V);
+  for (int i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7919 + seed * 104729 + 13) % n_vocab);
   return v;
 }
 
@@ -124,12 +124,12 @@ int main(int argc, char** argv) try {
   if (threads > 0) k3::set_num_threads(threads);
   auto ck = k3::Checkpoint::open(argv[1]);
   const k3::Model m(*ck);
-  const int64_t V = m.config().vocab_size;
+  const int64_t n_vocab = m.config().vocab_size;
   std::printf("model %s | ISA %s | threads %d | prompt %d | decode %d per stream\n", argv[1],
               k3::isa_name(k3::active_isa()), k3::num_threads(), n_prompt, n_decode);
   auto req = [&](int n, int seed, int decode) {
     k3::SeqRequest r;
-    r.prompt = prompt_of(n, seed, V);
+    r.prompt = prompt_of(n, seed, n_vocab);
     r.sampling.temp = 0.0f;
     r.max_tokens = decode;
     return r;

@@ -10,7 +10,7 @@
 //
 // Then (AVX2 CPUs; --gemm-only runs just this) a single-thread prefill GEMM table: the AVX2 bf16
 // GEMM's "row-dot" kernel (the previous version, 4 rows x 3 tokens + horizontal sums) against its
-// "panel" kernel (packed [K][16] fp32 panel, broadcast X, 16 rows x 6 tokens) and the dispatched
+// "panel" kernel (packed [cols][16] fp32 panel, broadcast X, 16 rows x 6 tokens) and the dispatched
 // k3::avx2::gemm_bf16, on K3-mini shapes and one K3 shape; interleaved samples, medians. Then the
 // AVX2 MXFP4 Q8 GEMM: the previous row-wise kernel against the dispatched 8-row-tile kernel on
 // K3-mini and K3 expert shapes (--mxfp4-only runs just this table).
@@ -126,7 +126,7 @@ void gemm_paths_table(int reps) {
                         {"gemm_bf16 (dispatched)", k3::avx2::gemm_bf16}};
   constexpr int kPaths = 3;
   std::printf("\nAVX2 bf16 GEMM paths, 1 thread, median of %d samples (GFLOP/s)\n\n", reps);
-  std::printf("| shape [rows,K] | T | what | rowdot (previous) | panel | dispatched | panel/rowdot |\n");
+  std::printf("| shape [rows,cols] | T | what | rowdot (previous) | panel | dispatched | panel/rowdot |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   std::mt19937 g(7);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
@@ -167,7 +167,7 @@ void gemm_paths_table(int reps) {
 using Mxfp4Q8Fn = void (*)(const uint8_t*, const uint8_t*, int64_t, const int8_t*, const float*, int64_t, float*,
                            int64_t, int64_t, int64_t);
 
-// Single-thread GOP/s (2·rows·K·T) of the AVX2 MXFP4 Q8 GEMM: the previous row-wise kernel against
+// Single-thread GOP/s (2·rows·cols·T) of the AVX2 MXFP4 Q8 GEMM: the previous row-wise kernel against
 // the dispatched 8-row-tile kernel, on K3-mini expert shapes and K3 expert shapes; same sampling
 // as gemm_paths_table.
 void mxfp4_paths_table(int reps) {
@@ -185,7 +185,7 @@ void mxfp4_paths_table(int reps) {
   const Mxfp4Q8Fn paths[] = {k3::avx2::gemm_mxfp4_q8_rowwise, k3::avx2::gemm_mxfp4_q8};
   constexpr int kPaths = 2;
   std::printf("\nAVX2 MXFP4 Q8 GEMM, 1 thread, median of %d samples (GOP/s)\n\n", reps);
-  std::printf("| shape [rows,K] | T | what | rowwise (previous) | row tiles (dispatched) | new/old |\n");
+  std::printf("| shape [rows,cols] | T | what | rowwise (previous) | row tiles (dispatched) | new/old |\n");
   std::printf("|---|---|---|---|---|---|\n");
   const k3::KernelTable& kt = k3::kernels_for(k3::Isa::Avx2);
   std::mt19937 g(9);
@@ -272,8 +272,8 @@ int main(int argc, char** argv) try {
               bw.best_gbs, bw.bytes / 1048576.0, bw.threads, k3::isa_name(k3::active_isa()));
 
   // --- data ---
-  const int64_t D = 7168, C = 12288, I = 3072, L = 3584, TP = 64, TE = 16, NE = 24;
-  std::vector<uint16_t> wq(C * D), wg(I * D);
+  const int64_t D = 7168, C = 12288, Im = 3072, L = 3584, TP = 64, TE = 16, NE = 24;
+  std::vector<uint16_t> wq(C * D), wg(Im * D);
   fill_bf16(wq, 1);
   fill_bf16(wg, 2);
   std::mt19937 g(3);
@@ -281,7 +281,7 @@ int main(int argc, char** argv) try {
   std::vector<float> x(TP * D);
   for (auto& v : x) v = dist(g);
   std::vector<float> y(TP * C);
-  std::vector<uint8_t> packed(NE * I * L / 2), scale(NE * I * L / 32);
+  std::vector<uint8_t> packed(NE * Im * L / 2), scale(NE * Im * L / 32);
   fill_u8(packed, 4, 0, 256);
   fill_u8(scale, 5, 120, 8);
   std::vector<int8_t> q(TE * L);
@@ -307,39 +307,39 @@ int main(int argc, char** argv) try {
       row("gemv_bf16", "[12288,7168] T=1", kt, nt, s, 2.0 * C * D, 2.0 * C * D);
       s = median_seconds(r, [&] {
         k3::parallel_for(
-            I, 16, [&](int64_t a, int64_t b) { kt.gemm_bf16(wg.data(), D, D, x.data(), D, TP, y.data(), I, a, b); });
+            Im, 16, [&](int64_t a, int64_t b) { kt.gemm_bf16(wg.data(), D, D, x.data(), D, TP, y.data(), Im, a, b); });
       });
-      row("gemm_bf16", "[3072,7168] T=64", kt, nt, s, 2.0 * I * D, 2.0 * I * D * TP);
+      row("gemm_bf16", "[3072,7168] T=64", kt, nt, s, 2.0 * Im * D, 2.0 * Im * D * TP);
       s = median_seconds(r, [&] {
         kt.quantize_q8(x.data(), L, q.data(), qs.data());
         for (int64_t e = 0; e < NE; ++e)
-          k3::parallel_for(I, 16, [&](int64_t a, int64_t b) {
-            kt.gemm_mxfp4_q8(packed.data() + e * I * L / 2, scale.data() + e * I * L / 32, L, q.data(), qs.data(), 1,
-                             y.data(), I, a, b);
+          k3::parallel_for(Im, 16, [&](int64_t a, int64_t b) {
+            kt.gemm_mxfp4_q8(packed.data() + e * Im * L / 2, scale.data() + e * Im * L / 32, L, q.data(), qs.data(), 1,
+                             y.data(), Im, a, b);
           });
       });
-      row("mxfp4_q8 matvec", "24x[3072,3584] T=1", kt, nt, s, NE * I * L * 17.0 / 32, 2.0 * NE * I * L);
+      row("mxfp4_q8 matvec", "24x[3072,3584] T=1", kt, nt, s, NE * Im * L * 17.0 / 32, 2.0 * NE * Im * L);
       s = median_seconds(r, [&] {
         for (int64_t e = 0; e < NE; ++e)
-          k3::parallel_for(I, 16, [&](int64_t a, int64_t b) {
-            kt.gemm_mxfp4_f32(packed.data() + e * I * L / 2, scale.data() + e * I * L / 32, L, x.data(), L, 1, y.data(),
-                              I, a, b);
+          k3::parallel_for(Im, 16, [&](int64_t a, int64_t b) {
+            kt.gemm_mxfp4_f32(packed.data() + e * Im * L / 2, scale.data() + e * Im * L / 32, L, x.data(), L, 1,
+                              y.data(), Im, a, b);
           });
       });
-      row("mxfp4_f32 matvec", "24x[3072,3584] T=1", kt, nt, s, NE * I * L * 17.0 / 32, 2.0 * NE * I * L);
+      row("mxfp4_f32 matvec", "24x[3072,3584] T=1", kt, nt, s, NE * Im * L * 17.0 / 32, 2.0 * NE * Im * L);
       s = median_seconds(r, [&] {
         for (int64_t t = 0; t < TE; ++t) kt.quantize_q8(x.data() + t * L, L, q.data() + t * L, qs.data() + t * L / 32);
-        k3::parallel_for(I, 16, [&](int64_t a, int64_t b) {
-          kt.gemm_mxfp4_q8(packed.data(), scale.data(), L, q.data(), qs.data(), TE, y.data(), I, a, b);
+        k3::parallel_for(Im, 16, [&](int64_t a, int64_t b) {
+          kt.gemm_mxfp4_q8(packed.data(), scale.data(), L, q.data(), qs.data(), TE, y.data(), Im, a, b);
         });
       });
-      row("mxfp4_q8 gemm", "[3072,3584] T=16", kt, nt, s, I * L * 17.0 / 32, 2.0 * I * L * TE);
+      row("mxfp4_q8 gemm", "[3072,3584] T=16", kt, nt, s, Im * L * 17.0 / 32, 2.0 * Im * L * TE);
       s = median_seconds(r, [&] {
-        k3::parallel_for(I * TP, 4096, [&](int64_t a, int64_t b) {
+        k3::parallel_for(Im * TP, 4096, [&](int64_t a, int64_t b) {
           kt.situ_glu(x.data() + a, x.data() + TP * D - (b - a) - a % 7, y.data() + a, b - a, 4.f, 25.f);
         });
       });
-      row("situ_glu", "196608 values", kt, nt, s, 12.0 * I * TP, 0);
+      row("situ_glu", "196608 values", kt, nt, s, 12.0 * Im * TP, 0);
     }
   }
   if (avx2) {

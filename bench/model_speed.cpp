@@ -30,9 +30,9 @@ struct Speed {
 };
 
 Speed measure(const k3::Model& m, int n_prompt, int n_decode) {
-  const int64_t V = m.config().vocab_size;
+  const int64_t n_vocab = m.config().vocab_size;
   std::vector<int32_t> ids(n_prompt);
-  for (int i = 0; i < n_prompt; ++i) ids[i] = static_cast<int32_t>((i * 131 + 7) % V);
+  for (int i = 0; i < n_prompt; ++i) ids[i] = static_cast<int32_t>((i * 131 + 7) % n_vocab);
   auto seq = m.new_sequence();
   double t0 = now_s();
   auto l = m.forward(seq, ids, false);

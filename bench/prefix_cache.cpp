@@ -34,9 +34,9 @@ namespace {
 using clk = std::chrono::steady_clock;
 double ms_since(clk::time_point t) { return std::chrono::duration<double, std::milli>(clk::now() - t).count(); }
 
-std::vector<int32_t> ids_of(int n, int seed, int64_t V) {
+std::vector<int32_t> ids_of(int n, int seed, int64_t n_vocab) {
   std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7919 + seed * 104729 + 13) % V);
+  for (int i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7919 + seed * 104729 + 13) % n_vocab);
   return v;
 }
 
@@ -73,7 +73,7 @@ int main(int argc, char** argv) try {
   omp_set_num_threads(threads);
   auto ck = k3::Checkpoint::open(argv[1]);
   k3::Model m(*ck);
-  const int64_t V = m.config().vocab_size;
+  const int64_t n_vocab = m.config().vocab_size;
   k3::PrefixCacheOptions po;
   po.block_tokens = block;
   po.ram_bytes = 8ull << 30;
@@ -85,12 +85,12 @@ int main(int argc, char** argv) try {
       cache.snapshot_bytes() / 1048576.0, cache.block_mla_bytes() / 1048576.0,
       static_cast<long long>(cache.snapshot_every()));
 
-  std::vector<int32_t> prompt = ids_of(system, 1, V);
+  std::vector<int32_t> prompt = ids_of(system, 1, n_vocab);
   std::printf("%5s %7s %7s %12s %12s %8s\n", "turn", "prompt", "reused", "TTFT on ms", "TTFT off ms", "ratio");
   double last_on = 0, last_off = 0;
   k3::SequenceState last;
   for (int t = 0; t < turns; ++t) {
-    const std::vector<int32_t> msg = ids_of(user, 100 + t, V);
+    const std::vector<int32_t> msg = ids_of(user, 100 + t, n_vocab);
     prompt.insert(prompt.end(), msg.begin(), msg.end());
     // cache on
     k3::SequenceState on = m.new_sequence();

@@ -62,13 +62,13 @@ std::string arg(int argc, char** argv, const char* name, const char* def) {
 void bench_verify(const std::string& dir, int64_t ctx, int64_t kmax, int runs) {
   auto ck = k3::Checkpoint::open(dir);  // no tokenizer needed (the bench model has none)
   const k3::Model m(*ck);
-  const int64_t V = m.config().vocab_size;
+  const int64_t n_vocab = m.config().vocab_size;
   std::vector<int32_t> prompt(static_cast<size_t>(ctx));
-  for (int64_t i = 0; i < ctx; ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % V);
+  for (int64_t i = 0; i < ctx; ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % n_vocab);
   k3::SequenceState base = m.new_sequence();
   m.forward(base, prompt, false);
   std::vector<int32_t> win(static_cast<size_t>(kmax + 1));
-  for (int64_t i = 0; i <= kmax; ++i) win[i] = static_cast<int32_t>((i * 17 + 3) % V);
+  for (int64_t i = 0; i <= kmax; ++i) win[i] = static_cast<int32_t>((i * 17 + 3) % n_vocab);
   // One decode step.
   std::vector<double> t1;
   for (int r = 0; r < runs; ++r) {
@@ -236,9 +236,9 @@ void bench_accept(const std::string& dir, const std::string& draft_dir, const st
 void bench_loop(const std::string& dir, int64_t n, int runs, const std::vector<int64_t>& kmaxes) {
   auto ck = k3::Checkpoint::open(dir);
   const k3::Model m(*ck);
-  const int64_t V = m.config().vocab_size;
+  const int64_t n_vocab = m.config().vocab_size;
   std::vector<int32_t> block(48), prompt;
-  for (int i = 0; i < 48; ++i) block[i] = static_cast<int32_t>((i * 7919 + 11) % V);
+  for (int i = 0; i < 48; ++i) block[i] = static_cast<int32_t>((i * 7919 + 11) % n_vocab);
   for (int r = 0; r < 3; ++r) prompt.insert(prompt.end(), block.begin(), block.end());
   std::printf("model %s | prompt: a 48-id block x 3, greedy, %lld tokens | medians of %d runs\n", dir.c_str(),
               static_cast<long long>(n), runs);

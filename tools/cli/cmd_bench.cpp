@@ -167,11 +167,11 @@ void run(const Options& o) {
   const double t_page = seconds_since(tp0);
 
   // deterministic pseudo-random token ids (avoid the special ids at the top of the vocab)
-  const int32_t V = std::max(2, c.vocab_size - 256);
+  const int32_t id_range = std::max(2, c.vocab_size - 256);
   uint32_t rs = 12345;
   auto next_id = [&] {
     rs = rs * 1664525u + 1013904223u;
-    return static_cast<int32_t>((rs >> 8) % static_cast<uint32_t>(V));
+    return static_cast<int32_t>((rs >> 8) % static_cast<uint32_t>(id_range));
   };
   std::vector<int32_t> prompt(static_cast<size_t>(o.prompt));
   for (auto& id : prompt) id = next_id();
