@@ -63,13 +63,22 @@ int main(int argc, char** argv) try {
   int passes = 7, rounds = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (i + 1 >= argc) { std::fprintf(stderr, "k3_bench_bandwidth: %s needs a value\n", a.c_str()); return 2; }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "k3_bench_bandwidth: %s needs a value\n", a.c_str());
+      return 2;
+    }
     const long v = std::strtol(argv[++i], nullptr, 10);
-    if (v < 1) { std::fprintf(stderr, "k3_bench_bandwidth: %s must be a positive integer\n", a.c_str()); return 2; }
+    if (v < 1) {
+      std::fprintf(stderr, "k3_bench_bandwidth: %s must be a positive integer\n", a.c_str());
+      return 2;
+    }
     if (a == "--mb") mb = static_cast<uint64_t>(v);
     else if (a == "--passes") passes = static_cast<int>(v);
     else if (a == "--rounds") rounds = static_cast<int>(v);
-    else { std::fprintf(stderr, "k3_bench_bandwidth: unknown flag %s (--mb, --passes, --rounds)\n", a.c_str()); return 2; }
+    else {
+      std::fprintf(stderr, "k3_bench_bandwidth: unknown flag %s (--mb, --passes, --rounds)\n", a.c_str());
+      return 2;
+    }
   }
   const int max_t = k3::num_threads();
   struct Row {
@@ -101,9 +110,10 @@ int main(int argc, char** argv) try {
       row.spread.push_back(b.spread);
       row.cpu.push_back(b.cpu_share);
     }
-  std::printf("ISA %s; buffer %llu MiB; %d passes per probe, %d interleaved rounds (median of the rounds' medians)\n\n"
-              "| threads | pages | reader | GB/s | rounds GB/s | spread in a probe | CPU share |\n|---|---|---|---|---|---|---|\n",
-              k3::isa_name(k3::active_isa()), static_cast<unsigned long long>(mb), passes, rounds);
+  std::printf(
+      "ISA %s; buffer %llu MiB; %d passes per probe, %d interleaved rounds (median of the rounds' medians)\n\n"
+      "| threads | pages | reader | GB/s | rounds GB/s | spread in a probe | CPU share |\n|---|---|---|---|---|---|---|\n",
+      k3::isa_name(k3::active_isa()), static_cast<unsigned long long>(mb), passes, rounds);
   for (const Row& row : rows) {
     std::string all;
     for (double v : row.med) {
@@ -113,7 +123,8 @@ int main(int argc, char** argv) try {
     }
     const char* reader = row.stream ? "STREAM-like loop" : row.pin ? "probe, pinned" : "probe";
     if (row.stream)
-      std::printf("| %d | %s | %s | %.2f | %s | | |\n", row.threads, row.huge ? "2 MiB" : "4 KiB", reader, median(row.med), all.c_str());
+      std::printf("| %d | %s | %s | %.2f | %s | | |\n", row.threads, row.huge ? "2 MiB" : "4 KiB", reader,
+                  median(row.med), all.c_str());
     else
       std::printf("| %d | %s | %s | %.2f | %s | %.0f%% | %.2f |\n", row.threads, row.huge ? "2 MiB" : "4 KiB", reader,
                   median(row.med), all.c_str(), 100 * median(row.spread), median(row.cpu));

@@ -5,7 +5,7 @@
 // Usage: k3_bench_batch_decode MODEL_DIR [--streams 1,2,4,8,16,32] [--prompt N=32] [--decode N=32]
 //        [--threads N] [--mixed R=0 requests] [--mixed-prompt N=512]
 // Decode is memory-bound: B streams read each weight once per step for all B rows, so the
-// aggregate should grow ~B-fold until compute binds (issue 10's goal: >= 8x at B = 16 on the
+// aggregate should grow ~B-fold until compute binds (target: >= 8x at B = 16 on the
 // K3-width bench model, tools/reference/gen_bench_model.py).
 #include <algorithm>
 #include <chrono>
@@ -35,9 +35,9 @@ double pct(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
 }
 
-std::vector<int32_t> prompt_of(int n, int seed, int64_t V) {
+std::vector<int32_t> prompt_of(int n, int seed, int64_t n_vocab) {
   std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7919 + seed * 104729 + 13) % V);
+  for (int i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7919 + seed * 104729 + 13) % n_vocab);
   return v;
 }
 
@@ -101,8 +101,10 @@ Run run(const k3::Model& m, int64_t n_parallel, const std::vector<k3::SeqRequest
 int main(int argc, char** argv) try {
   k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR [--streams 1,2,4,8,16,32] [--prompt N] [--decode N] "
-                         "[--threads N] [--mixed R] [--mixed-prompt N]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s MODEL_DIR [--streams 1,2,4,8,16,32] [--prompt N] [--decode N] "
+                 "[--threads N] [--mixed R] [--mixed-prompt N]\n",
+                 argv[0]);
     return 2;
   }
   std::vector<int64_t> streams = {1, 2, 4, 8, 16, 32};
@@ -124,12 +126,12 @@ int main(int argc, char** argv) try {
   if (threads > 0) k3::set_num_threads(threads);
   auto ck = k3::Checkpoint::open(argv[1]);
   const k3::Model m(*ck);
-  const int64_t V = m.config().vocab_size;
+  const int64_t n_vocab = m.config().vocab_size;
   std::printf("model %s | ISA %s | threads %d | prompt %d | decode %d per stream\n", argv[1],
               k3::isa_name(k3::active_isa()), k3::num_threads(), n_prompt, n_decode);
   auto req = [&](int n, int seed, int decode) {
     k3::SeqRequest r;
-    r.prompt = prompt_of(n, seed, V);
+    r.prompt = prompt_of(n, seed, n_vocab);
     r.sampling.temp = 0.0f;
     r.max_tokens = decode;
     return r;
@@ -160,10 +162,10 @@ int main(int argc, char** argv) try {
       at.push_back(0.05 * i);
     }
     const Run r = run(m, std::min(mixed, 8), reqs, at);
-    std::printf("mixed load: %d requests (every 4th with a %d-token prompt) 50 ms apart, 8 slots: "
-                "TTFT p50 %.1f ms p95 %.1f ms | ITL p50 %.1f ms p95 %.1f ms | aggregate %.2f tok/s\n",
-                mixed, mixed_prompt, r.ttft_p50 * 1e3, r.ttft_p95 * 1e3, r.itl_p50 * 1e3, r.itl_p95 * 1e3,
-                r.agg_tps);
+    std::printf(
+        "mixed load: %d requests (every 4th with a %d-token prompt) 50 ms apart, 8 slots: "
+        "TTFT p50 %.1f ms p95 %.1f ms | ITL p50 %.1f ms p95 %.1f ms | aggregate %.2f tok/s\n",
+        mixed, mixed_prompt, r.ttft_p50 * 1e3, r.ttft_p95 * 1e3, r.itl_p50 * 1e3, r.itl_p95 * 1e3, r.agg_tps);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -22,6 +22,7 @@ constexpr long kIters = 50'000'000;
 
 // 12 independent chains in named registers (an array of vectors is not reliably kept in
 // registers), each iteration 12 FMAs; returns a value that depends on every chain.
+// clang-format off
 #define K3_CHAINS(T, SET, FMA, ADD, CONS)                                                        \
   T a0 = SET(1.0f), a1 = SET(1.001f), a2 = SET(1.002f), a3 = SET(1.003f), a4 = SET(1.004f),     \
     a5 = SET(1.005f), a6 = SET(1.006f), a7 = SET(1.007f), a8 = SET(1.008f), a9 = SET(1.009f),   \
@@ -36,6 +37,7 @@ constexpr long kIters = 50'000'000;
   }                                                                                              \
   const T s = ADD(ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7))),             \
                   ADD(ADD(a8, a9), ADD(a10, a11)));
+// clang-format on
 
 #define K3_X(v) "+x"(v)
 #define K3_V(v) "+v"(v)

@@ -1,4 +1,4 @@
-// k3_bench_decode_fusion — one decode step's projections of one input at K3's widths (issue 14):
+// k3_bench_decode_fusion — one decode step's projections of one input at K3's widths:
 // KDA's q/k/v/g [12288, 7168] + f_a [128, 7168] + b [96, 7168] (705 MB of bf16), T = 1, either one
 // k3::matmul per weight (one parallel region and barrier each) or one ops.h matmul_same_input
 // (one region for all six; the same bits). The two forms alternate sample by sample in one
@@ -59,9 +59,10 @@ int main(int argc, char** argv) try {
     ws.push_back(&v[i]);
   }
   const int max_t = k3::num_threads();
-  std::printf("ISA %s; KDA projections of one token, %.0f MB of bf16; medians of %d alternating samples\n\n"
-              "| threads | one matmul per weight ms | GB/s | matmul_same_input ms | GB/s | speed-up |\n|---|---|---|---|---|---|\n",
-              k3::isa_name(k3::active_isa()), bytes / 1e6, samples);
+  std::printf(
+      "ISA %s; KDA projections of one token, %.0f MB of bf16; medians of %d alternating samples\n\n"
+      "| threads | one matmul per weight ms | GB/s | matmul_same_input ms | GB/s | speed-up |\n|---|---|---|---|---|---|\n",
+      k3::isa_name(k3::active_isa()), bytes / 1e6, samples);
   for (int t = 1; t <= max_t; ++t) {
     k3::set_num_threads(t);
     std::vector<double> a, b;

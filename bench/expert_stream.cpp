@@ -1,4 +1,4 @@
-// Experts streamed from SSD (issue 13): decode tokens/s, the drive read rate while streaming and
+// Experts streamed from SSD: decode tokens/s, the drive read rate while streaming and
 // the expert cache's hit rate, beside a drive probe (O_DIRECT sequential and random reads of
 // expert-sized records) measured in the same run, with the page cache dropped first.
 //
@@ -38,7 +38,7 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 int main(int argc, char** argv) {
   k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
-  CLI::App app{"k3 expert streaming benchmark (issue 13)"};
+  CLI::App app{"k3 expert streaming benchmark"};
   std::string dir;
   int n_gen = 12, warmup = 2, io_threads = 16, threads = 0;
   int64_t probe_records = 64;
@@ -70,17 +70,21 @@ int main(int argc, char** argv) {
     const auto rnd = k3::probe_drive(shards, po);
     nlohmann::json out = {{"model", dir},
                           {"page_cache_dropped", dropped},
-                          {"probe", {{"record_bytes", po.record_bytes}, {"in_flight", io_threads},
-                                     {"sequential_gbs", seq.gbs}, {"random_gbs", rnd.gbs},
-                                     {"direct", seq.direct && rnd.direct}}}};
+                          {"probe",
+                           {{"record_bytes", po.record_bytes},
+                            {"in_flight", io_threads},
+                            {"sequential_gbs", seq.gbs},
+                            {"random_gbs", rnd.gbs},
+                            {"direct", seq.direct && rnd.direct}}}};
     if (!json)
-      std::printf("model %s: %d MoE layers x %d experts (top-%d); page cache %s\n"
-                  "drive probe (%s, %d in flight, %.2f MB records): sequential %.2f GB/s, random %.2f GB/s\n\n"
-                  "| cache | tokens/s | s/token | hit rate | GB read/token | drive GB/s | %% of random probe | wait s/token | I/O |\n"
-                  "|---|---|---|---|---|---|---|---|---|\n",
-                  dir.c_str(), c.n_moe_layers(), c.num_experts, c.num_experts_per_token,
-                  dropped ? "dropped" : "NOT dropped", seq.direct ? "O_DIRECT" : "buffered", io_threads,
-                  static_cast<double>(po.record_bytes) / 1e6, seq.gbs, rnd.gbs);
+      std::printf(
+          "model %s: %d MoE layers x %d experts (top-%d); page cache %s\n"
+          "drive probe (%s, %d in flight, %.2f MB records): sequential %.2f GB/s, random %.2f GB/s\n\n"
+          "| cache | tokens/s | s/token | hit rate | GB read/token | drive GB/s | %% of random probe | wait s/token | I/O |\n"
+          "|---|---|---|---|---|---|---|---|---|\n",
+          dir.c_str(), c.n_moe_layers(), c.num_experts, c.num_experts_per_token, dropped ? "dropped" : "NOT dropped",
+          seq.direct ? "O_DIRECT" : "buffered", io_threads, static_cast<double>(po.record_bytes) / 1e6, seq.gbs,
+          rnd.gbs);
     uint32_t rs = 12345;
     auto next_id = [&] {
       rs = rs * 1664525u + 1013904223u;
@@ -100,7 +104,8 @@ int main(int argc, char** argv) {
       auto s = model.new_sequence();
       // Warm-up until the cache could be full (a token misses at most top_k x n_moe experts), so
       // the timed tokens see the steady-state hit rate.
-      const double per_token = static_cast<double>(total) / static_cast<double>(c.num_experts) * c.num_experts_per_token;
+      const double per_token =
+          static_cast<double>(total) / static_cast<double>(c.num_experts) * c.num_experts_per_token;
       const int fill = static_cast<int>(std::ceil(static_cast<double>(so.cache_bytes) / per_token));
       const int n_warm = std::max(warmup, fill + warmup);
       for (int i = 0; i < n_warm; ++i) {
@@ -119,17 +124,26 @@ int main(int argc, char** argv) {
       const double hit = acquired > 0 ? static_cast<double>(st.hits) / acquired : 0;
       const double gbs = static_cast<double>(st.bytes_read) / secs / 1e9;
       const double tps = n_gen / secs;
-      out["runs"].push_back({{"cache_fraction", f}, {"cache_bytes", so.cache_bytes}, {"tokens", n_gen}, {"warmup", n_warm},
-                             {"seconds", secs}, {"tokens_per_s", tps}, {"hit_rate", hit},
-                             {"bytes_read", st.bytes_read}, {"bytes_read_per_token", st.bytes_read / n_gen},
-                             {"reads", st.reads}, {"drive_gbs", gbs}, {"fraction_of_random_probe", gbs / rnd.gbs},
-                             {"wait_seconds", st.wait_seconds}, {"read_seconds_sum", st.read_seconds},
+      out["runs"].push_back({{"cache_fraction", f},
+                             {"cache_bytes", so.cache_bytes},
+                             {"tokens", n_gen},
+                             {"warmup", n_warm},
+                             {"seconds", secs},
+                             {"tokens_per_s", tps},
+                             {"hit_rate", hit},
+                             {"bytes_read", st.bytes_read},
+                             {"bytes_read_per_token", st.bytes_read / n_gen},
+                             {"reads", st.reads},
+                             {"drive_gbs", gbs},
+                             {"fraction_of_random_probe", gbs / rnd.gbs},
+                             {"wait_seconds", st.wait_seconds},
+                             {"read_seconds_sum", st.read_seconds},
                              {"io_mode", store->io_mode()}});
       if (!json)
         std::printf("| %.0f%% (%.1f GB) | %.3f | %.2f | %.1f%% | %.3f | %.2f | %.0f%% | %.2f | %s |\n", 100 * f,
                     static_cast<double>(so.cache_bytes) / 1e9, tps, 1 / tps, 100 * hit,
-                    static_cast<double>(st.bytes_read) / n_gen / 1e9, gbs, 100 * gbs / rnd.gbs,
-                    st.wait_seconds / n_gen, store->io_mode().c_str());
+                    static_cast<double>(st.bytes_read) / n_gen / 1e9, gbs, 100 * gbs / rnd.gbs, st.wait_seconds / n_gen,
+                    store->io_mode().c_str());
       std::fflush(stdout);
     }
     if (json) std::printf("%s\n", out.dump(2).c_str());

@@ -115,8 +115,7 @@ void report(const char* name, int T, int H, Timing tm, double flops, int threads
   std::printf(
       "%-30s T=%5d H=%3d | wall %9.2f ms %9.1f tok/s %6.2f GFLOP/s | cpu/thr %9.2f ms "
       "%9.1f tok/s %6.2f GFLOP/s\n",
-      name, T, H, tm.wall * 1e3, T / tm.wall, flops / tm.wall * 1e-9, cpu * 1e3, T / cpu,
-      flops / cpu * 1e-9);
+      name, T, H, tm.wall * 1e3, T / tm.wall, flops / tm.wall * 1e-9, cpu * 1e3, T / cpu, flops / cpu * 1e-9);
 }
 
 void run_shape(int H, int T_pre, int T_rec, int reps, bool single_thread) {
@@ -129,8 +128,8 @@ void run_shape(int H, int T_pre, int T_rec, int reps, bool single_thread) {
     Inputs in = make(T_rec, H, K, V);
     g_single_thread = true;  // the oracle is single-threaded
     const Timing s = best_of(reps, [&] {
-      k3::kda_recurrent(in.T, H, K, V, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                        in.beta.data(), in.state.data(), in.out.data());
+      k3::kda_recurrent(in.T, H, K, V, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                        in.state.data(), in.out.data());
     });
     report("recurrent (oracle, 1 thread)", T_rec, H, s, H * flops_recurrent(T_rec, K, V), 1);
   }
@@ -143,15 +142,14 @@ void run_shape(int H, int T_pre, int T_rec, int reps, bool single_thread) {
     const int T_dec = std::min(T_pre, 512);
     const Timing s = best_of(reps, [&] {
       for (int t = 0; t < T_dec; ++t)
-        k3::kda_decode_step(isa, H, K, V, &in.q[t * hk], &in.k[t * hk], &in.v[t * hv],
-                            &in.g[t * hk], &in.beta[static_cast<size_t>(t) * H], in.state.data(),
-                            &in.out[t * hv]);
+        k3::kda_decode_step(isa, H, K, V, &in.q[t * hk], &in.k[t * hk], &in.v[t * hv], &in.g[t * hk],
+                            &in.beta[static_cast<size_t>(t) * H], in.state.data(), &in.out[t * hv]);
     });
     report(name, T_dec, H, s, H * flops_recurrent(T_dec, K, V), nt);
     std::snprintf(name, sizeof name, "chunk C=64 [%s]", k3::isa_name(isa));
     const Timing c = best_of(reps, [&] {
-      k3::kda_chunk(isa, T_pre, H, K, V, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                    in.beta.data(), in.state.data(), in.out.data(), 64);
+      k3::kda_chunk(isa, T_pre, H, K, V, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                    in.state.data(), in.out.data(), 64);
     });
     report(name, T_pre, H, c, H * flops_chunk(T_pre, K, V, 64), nt);
   }

@@ -19,9 +19,7 @@
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -33,9 +31,9 @@ struct Speed {
 };
 
 Speed measure(const k3::Model& m, int n_prompt, int n_decode) {
-  const int64_t V = m.config().vocab_size;
+  const int64_t n_vocab = m.config().vocab_size;
   std::vector<int32_t> ids(n_prompt);
-  for (int i = 0; i < n_prompt; ++i) ids[i] = static_cast<int32_t>((i * 131 + 7) % V);
+  for (int i = 0; i < n_prompt; ++i) ids[i] = static_cast<int32_t>((i * 131 + 7) % n_vocab);
   auto seq = m.new_sequence();
   double t0 = now_s();
   auto l = m.forward(seq, ids, false);
@@ -54,8 +52,10 @@ Speed measure(const k3::Model& m, int n_prompt, int n_decode) {
 int main(int argc, char** argv) try {
   k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR [--prompt N] [--decode N] [--runs R] "
-                         "[--kernels fast|ref|both] [--chunk C] [--threads N]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s MODEL_DIR [--prompt N] [--decode N] [--runs R] "
+                 "[--kernels fast|ref|both] [--chunk C] [--threads N]\n",
+                 argv[0]);
     return 2;
   }
   int n_prompt = 256, n_decode = 32, runs = 3;
@@ -73,9 +73,8 @@ int main(int argc, char** argv) try {
   }
   if (n_prompt < 1 || n_decode < 1 || runs < 1) throw k3::Error("--prompt/--decode/--runs must be >= 1");
   auto ck = k3::Checkpoint::open(argv[1]);
-  std::printf("model %s  prompt %d  decode %d  runs %d  chunk %lld  ISA %s  threads %d\n", argv[1],
-              n_prompt, n_decode, runs, static_cast<long long>(chunk),
-              k3::isa_name(k3::active_isa()), k3::num_threads());
+  std::printf("model %s  prompt %d  decode %d  runs %d  chunk %lld  ISA %s  threads %d\n", argv[1], n_prompt, n_decode,
+              runs, static_cast<long long>(chunk), k3::isa_name(k3::active_isa()), k3::num_threads());
   for (const char* kname : {"ref", "fast"}) {
     if (which != "both" && which != kname) continue;
     k3::ModelOptions o;
@@ -87,8 +86,7 @@ int main(int argc, char** argv) try {
       const Speed s = measure(m, n_prompt, n_decode);
       pre.push_back(s.prefill_tps);
       dec.push_back(s.decode_tps);
-      std::printf("  %-4s run %d: prefill %10.1f tok/s  decode %8.1f tok/s\n", kname, r, s.prefill_tps,
-                  s.decode_tps);
+      std::printf("  %-4s run %d: prefill %10.1f tok/s  decode %8.1f tok/s\n", kname, r, s.prefill_tps, s.decode_tps);
     }
     const double p = median(pre), d = median(dec);
     std::printf("%-4s (mxfp4 %s) median: prefill %10.1f tok/s  decode %8.1f tok/s  "

@@ -1,5 +1,5 @@
 """Per-mode error of `k3 logits` against the fp64 numpy reference (tools/reference/k3_ref.py),
-issue 14: the tiny checkpoint variants of tools/reference/gen_tiny.py (64 random prompt ids) and
+the tiny checkpoint variants of tools/reference/gen_tiny.py (64 random prompt ids) and
 K3-mini (the first 64 ids of its held-out text), max and median per-position relative L2 of the
 logits, for each numerics mode and two mixes (K3_MXFP4 overriding the expert path).
 

@@ -1,4 +1,4 @@
-// The prefix cache (issue 11) on a multi-turn conversation: time to first token of each turn
+// The prefix cache on a multi-turn conversation: time to first token of each turn
 // with the cache on and off (measured interleaved, turn by turn), the ids reused, the snapshot
 // cost (bytes and ms per KDA snapshot, MLA bytes per block) and save / restore of the whole
 // sequence after the last turn — beside the K3 report's AgentENV 133 ms checkpoint / 49 ms
@@ -35,9 +35,9 @@ namespace {
 using clk = std::chrono::steady_clock;
 double ms_since(clk::time_point t) { return std::chrono::duration<double, std::milli>(clk::now() - t).count(); }
 
-std::vector<int32_t> ids_of(int n, int seed, int64_t V) {
+std::vector<int32_t> ids_of(int n, int seed, int64_t n_vocab) {
   std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7919 + seed * 104729 + 13) % V);
+  for (int i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7919 + seed * 104729 + 13) % n_vocab);
   return v;
 }
 
@@ -56,8 +56,9 @@ int64_t arg(int argc, char** argv, const char* name, int64_t def) {
 int main(int argc, char** argv) try {
   k3tools::exec_config({}, k3::Numerics::Exact, 0);  // K3_ISA / K3_NUMERICS / K3_MXFP4 / K3_KERNELS
   if (argc < 2) {
-    std::fprintf(stderr, "usage: k3_bench_prefix_cache MODEL_DIR [--turns 10] [--system 512] [--user 96] "
-                         "[--answer 16] [--block 256] [--threads 2] [--state-file F]\n");
+    std::fprintf(stderr,
+                 "usage: k3_bench_prefix_cache MODEL_DIR [--turns 10] [--system 512] [--user 96] "
+                 "[--answer 16] [--block 256] [--threads 2] [--state-file F]\n");
     return 2;
   }
   const int turns = static_cast<int>(arg(argc, argv, "--turns", 10));
@@ -74,23 +75,24 @@ int main(int argc, char** argv) try {
   omp_set_num_threads(threads);
   auto ck = k3::Checkpoint::open(argv[1]);
   k3::Model m(*ck);
-  const int64_t V = m.config().vocab_size;
+  const int64_t n_vocab = m.config().vocab_size;
   k3::PrefixCacheOptions po;
   po.block_tokens = block;
   po.ram_bytes = 8ull << 30;
   k3::PrefixCache cache(m, k3::model_fingerprint(*ck, m), po);
-  std::printf("model %s | ISA %s | %d threads | block %lld tokens | KDA snapshot %.2f MiB, MLA block %.2f MiB, "
-              "snapshot every %lld blocks\n",
-              argv[1], k3::isa_name(k3::active_isa()), threads, static_cast<long long>(block),
-              cache.snapshot_bytes() / 1048576.0, cache.block_mla_bytes() / 1048576.0,
-              static_cast<long long>(cache.snapshot_every()));
+  std::printf(
+      "model %s | ISA %s | %d threads | block %lld tokens | KDA snapshot %.2f MiB, MLA block %.2f MiB, "
+      "snapshot every %lld blocks\n",
+      argv[1], k3::isa_name(k3::active_isa()), threads, static_cast<long long>(block),
+      cache.snapshot_bytes() / 1048576.0, cache.block_mla_bytes() / 1048576.0,
+      static_cast<long long>(cache.snapshot_every()));
 
-  std::vector<int32_t> prompt = ids_of(system, 1, V);
+  std::vector<int32_t> prompt = ids_of(system, 1, n_vocab);
   std::printf("%5s %7s %7s %12s %12s %8s\n", "turn", "prompt", "reused", "TTFT on ms", "TTFT off ms", "ratio");
   double last_on = 0, last_off = 0;
   k3::SequenceState last;
   for (int t = 0; t < turns; ++t) {
-    const std::vector<int32_t> msg = ids_of(user, 100 + t, V);
+    const std::vector<int32_t> msg = ids_of(user, 100 + t, n_vocab);
     prompt.insert(prompt.end(), msg.begin(), msg.end());
     // cache on
     k3::SequenceState on = m.new_sequence();
@@ -154,9 +156,10 @@ int main(int argc, char** argv) try {
   }
   std::sort(ts.begin(), ts.end());
   std::sort(tr.begin(), tr.end());
-  std::printf("save/restore of the %lld-token sequence (%.2f MiB): save %.1f ms, restore %.1f ms (median of 3; "
-              "K3 report AgentENV: 133 ms / 49 ms)\n",
-              static_cast<long long>(last.n_past()), last.bytes() / 1048576.0, ts[1], tr[1]);
+  std::printf(
+      "save/restore of the %lld-token sequence (%.2f MiB): save %.1f ms, restore %.1f ms (median of 3; "
+      "K3 report AgentENV: 133 ms / 49 ms)\n",
+      static_cast<long long>(last.n_past()), last.bytes() / 1048576.0, ts[1], tr[1]);
   std::filesystem::remove(state_file);
   const k3::PrefixCacheStats st = cache.stats();
   std::printf("cache: %llu lookups, %llu hits, %llu/%llu tokens reused, RAM %.1f MiB (%llu blocks, %llu snapshots)\n",

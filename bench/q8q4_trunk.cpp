@@ -1,4 +1,4 @@
-// Trunk GEMV/GEMM at K3 widths (issue 13): BF16 (k3::matmul_bf16) vs the trunk quantized at load
+// Trunk GEMV/GEMM at K3 widths: BF16 (k3::matmul_bf16) vs the trunk quantized at load
 // (k3::matmul_quant, q8 / q4), ms per call and the weight bytes read per second.
 //
 //   k3_bench_q8q4_trunk [-t N] [--rows 12288] [--cols 7168] [-T 1] [-r 20]
@@ -53,9 +53,10 @@ int main(int argc, char** argv) {
   };
   const k3::QuantMatrix q8 = k3::quantize_matrix(v, k3::QuantKind::Q8);
   const k3::QuantMatrix q4 = k3::quantize_matrix(v, k3::QuantKind::Q4);
-  std::printf("[%lld, %lld] x T=%lld, %d threads, ISA %s, median of %d\n\n| trunk | ms | weight MB | GB/s |\n|---|---|---|---|\n",
-              static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(T), k3::num_threads(),
-              k3::isa_name(k3::active_isa()), reps);
+  std::printf(
+      "[%lld, %lld] x T=%lld, %d threads, ISA %s, median of %d\n\n| trunk | ms | weight MB | GB/s |\n|---|---|---|---|\n",
+      static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(T), k3::num_threads(),
+      k3::isa_name(k3::active_isa()), reps);
   const double b16 = time_it([&] { k3::matmul_bf16(v, x.data(), T, y.data()); });
   std::printf("| bf16 | %.3f | %.1f | %.1f |\n", b16, v.nbytes / 1e6, v.nbytes / b16 / 1e6);
   for (const k3::QuantMatrix* m : {&q8, &q4}) {

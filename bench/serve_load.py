@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Load benchmark of `k3 serve` over loopback (issue 10): aggregate generated tokens/s and
+"""Load benchmark of `k3 serve` over loopback: aggregate generated tokens/s and
 per-stream inter-token latency for 1, 2, 4, ... concurrent streams, then TTFT / ITL p50 / p95
 under a mixed load (short and long prompts arriving over time). A benchmark, not a test.
 

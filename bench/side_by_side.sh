@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark of k3 against llama.cpp (issue 14, part 5).
+# Side-by-side benchmark of k3 against llama.cpp.
 #
 #   bash bench/side_by_side.sh [--rounds R] [--skip-bench-model] [--bench-model DIR] [--setup-only]
 #

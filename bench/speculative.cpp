@@ -1,4 +1,4 @@
-// Speculative decoding benchmark (issue 12; not a test).
+// Speculative decoding benchmark (not a test).
 //
 //   k3_bench_speculative verify MODEL_DIR [--ctx N=64] [--kmax K=8] [--runs R=5] [--threads T]
 //     Verify cost ratio: median time of one decode-form forward over k+1 tokens (with the per-token
@@ -62,13 +62,13 @@ std::string arg(int argc, char** argv, const char* name, const char* def) {
 void bench_verify(const std::string& dir, int64_t ctx, int64_t kmax, int runs) {
   auto ck = k3::Checkpoint::open(dir);  // no tokenizer needed (the bench model has none)
   const k3::Model m(*ck);
-  const int64_t V = m.config().vocab_size;
+  const int64_t n_vocab = m.config().vocab_size;
   std::vector<int32_t> prompt(static_cast<size_t>(ctx));
-  for (int64_t i = 0; i < ctx; ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % V);
+  for (int64_t i = 0; i < ctx; ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % n_vocab);
   k3::SequenceState base = m.new_sequence();
   m.forward(base, prompt, false);
   std::vector<int32_t> win(static_cast<size_t>(kmax + 1));
-  for (int64_t i = 0; i <= kmax; ++i) win[i] = static_cast<int32_t>((i * 17 + 3) % V);
+  for (int64_t i = 0; i <= kmax; ++i) win[i] = static_cast<int32_t>((i * 17 + 3) % n_vocab);
   // One decode step.
   std::vector<double> t1;
   for (int r = 0; r < runs; ++r) {
@@ -92,12 +92,13 @@ void bench_verify(const std::string& dir, int64_t ctx, int64_t kmax, int runs) {
     tk.push_back(now_ms() - t0);
   }
   const double kda_step = median(tk);
-  std::printf("model %s | prefix %lld tokens | one decode step %.3f ms | KDA layers %lld, state record %.2f MiB "
-              "per layer | kda_decode_step %.3f ms per layer\n",
-              dir.c_str(), static_cast<long long>(ctx), step, static_cast<long long>(n_kda),
-              rec * 4.0 / 1048576.0, kda_step);
-  std::printf("| k | verify (decode form + snapshots) ms | ratio to one step | chunked forward ms | snapshot MiB | "
-              "rollback ms (keep 1) | replay: MiB, ms per kept token |\n|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "model %s | prefix %lld tokens | one decode step %.3f ms | KDA layers %lld, state record %.2f MiB "
+      "per layer | kda_decode_step %.3f ms per layer\n",
+      dir.c_str(), static_cast<long long>(ctx), step, static_cast<long long>(n_kda), rec * 4.0 / 1048576.0, kda_step);
+  std::printf(
+      "| k | verify (decode form + snapshots) ms | ratio to one step | chunked forward ms | snapshot MiB | "
+      "rollback ms (keep 1) | replay: MiB, ms per kept token |\n|---|---|---|---|---|---|---|\n");
   for (int64_t kk = 1; kk <= kmax; ++kk) {
     const std::span<const int32_t> w(win.data(), static_cast<size_t>(kk + 1));
     std::vector<double> tv, tc, tr;
@@ -170,8 +171,9 @@ void bench_accept(const std::string& dir, const std::string& draft_dir, const st
   if (draft)
     for (int64_t k : kmaxes) confs.push_back({"draft " + draft_dir, k, 2});
   std::printf("model %s | %lld tokens per prompt | medians of %d runs\n", dir.c_str(), static_cast<long long>(n), runs);
-  std::printf("| task | drafter | --draft-max | decode tok/s | speed-up | accepted / drafted | tokens per verify |\n"
-              "|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| task | drafter | --draft-max | decode tok/s | speed-up | accepted / drafted | tokens per verify |\n"
+      "|---|---|---|---|---|---|---|\n");
   for (const Task& t : tasks) {
     double plain_tps = 0;
     // Interleave: every configuration once per run, runs outer.
@@ -188,7 +190,8 @@ void bench_accept(const std::string& dir, const std::string& draft_dir, const st
           k3::Sampler s(sp);
           std::unique_ptr<k3::Speculator> spec;
           if (confs[c].kind == 1)
-            spec = std::make_unique<k3::Speculator>(std::make_unique<k3::NgramDrafter>(3), k3::SpecOptions{confs[c].kmax, 0});
+            spec = std::make_unique<k3::Speculator>(std::make_unique<k3::NgramDrafter>(3),
+                                                    k3::SpecOptions{confs[c].kmax, 0});
           if (confs[c].kind == 2)
             spec = std::make_unique<k3::Speculator>(
                 std::make_unique<k3::DraftModelDrafter>(*draft->model, sp, tok.vocab_size()),
@@ -215,9 +218,10 @@ void bench_accept(const std::string& dir, const std::string& draft_dir, const st
       if (c == 0) plain_tps = v;
       char acc[64] = "-", per[32] = "1.00";
       if (confs[c].kind) {
-        std::snprintf(acc, sizeof acc, "%lld / %lld (%.0f%%)", static_cast<long long>(st[c].accepted),
-                      static_cast<long long>(st[c].drafted),
-                      st[c].drafted ? 100.0 * static_cast<double>(st[c].accepted) / static_cast<double>(st[c].drafted) : 0.0);
+        std::snprintf(
+            acc, sizeof acc, "%lld / %lld (%.0f%%)", static_cast<long long>(st[c].accepted),
+            static_cast<long long>(st[c].drafted),
+            st[c].drafted ? 100.0 * static_cast<double>(st[c].accepted) / static_cast<double>(st[c].drafted) : 0.0);
         std::snprintf(per, sizeof per, "%.2f",
                       st[c].verifies ? static_cast<double>(st[c].emitted) / static_cast<double>(st[c].verifies) : 0.0);
       }
@@ -232,14 +236,15 @@ void bench_accept(const std::string& dir, const std::string& draft_dir, const st
 void bench_loop(const std::string& dir, int64_t n, int runs, const std::vector<int64_t>& kmaxes) {
   auto ck = k3::Checkpoint::open(dir);
   const k3::Model m(*ck);
-  const int64_t V = m.config().vocab_size;
+  const int64_t n_vocab = m.config().vocab_size;
   std::vector<int32_t> block(48), prompt;
-  for (int i = 0; i < 48; ++i) block[i] = static_cast<int32_t>((i * 7919 + 11) % V);
+  for (int i = 0; i < 48; ++i) block[i] = static_cast<int32_t>((i * 7919 + 11) % n_vocab);
   for (int r = 0; r < 3; ++r) prompt.insert(prompt.end(), block.begin(), block.end());
   std::printf("model %s | prompt: a 48-id block x 3, greedy, %lld tokens | medians of %d runs\n", dir.c_str(),
               static_cast<long long>(n), runs);
-  std::printf("| drafter | --draft-max | decode tok/s | speed-up | accepted / drafted | tokens per verify |\n"
-              "|---|---|---|---|---|---|\n");
+  std::printf(
+      "| drafter | --draft-max | decode tok/s | speed-up | accepted / drafted | tokens per verify |\n"
+      "|---|---|---|---|---|---|\n");
   std::vector<int64_t> ks = {0};
   ks.insert(ks.end(), kmaxes.begin(), kmaxes.end());
   std::vector<std::vector<double>> tps(ks.size());

@@ -1,4 +1,4 @@
-// Error of the trunk quantized at load (issue 13, `--trunk-type q8|q4`) against the exact BF16
+// Error of the trunk quantized at load (`--trunk-type q8|q4`) against the exact BF16
 // trunk, on one text: per-position logits rel-L2 (mean, max), top-1 agreement, and the perplexity
 // of the text under each (next-token NLL over the same positions).
 //
@@ -27,13 +27,13 @@ struct Score {
   int64_t n = 0;
 };
 
-Score score(const std::vector<float>& logits, const std::vector<int32_t>& ids, int64_t V) {
+Score score(const std::vector<float>& logits, const std::vector<int32_t>& ids, int64_t n_vocab) {
   Score s;
   for (size_t t = 0; t + 1 < ids.size(); ++t) {
-    const float* l = logits.data() + t * V;
-    const double mx = *std::max_element(l, l + V);
+    const float* l = logits.data() + t * n_vocab;
+    const double mx = *std::max_element(l, l + n_vocab);
     double z = 0;
-    for (int64_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(l[v]) - mx);
+    for (int64_t v = 0; v < n_vocab; ++v) z += std::exp(static_cast<double>(l[v]) - mx);
     s.nll += -(static_cast<double>(l[ids[t + 1]]) - mx - std::log(z));
     ++s.n;
   }
@@ -50,15 +50,17 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", dir, "checkpoint directory")->required();
   app.add_option("-f,--file", file, "text to score");
   app.add_option("--tokens", n_tokens, "tokens of the text used")->check(CLI::Range(2, 1 << 20));
-  app.add_option("--random-ids", random_ids, "score this many random ids instead of a text")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--random-ids", random_ids, "score this many random ids instead of a text")
+      ->check(CLI::Range(0, 1 << 20));
   CLI11_PARSE(app, argc, argv);
   try {
     auto ck = k3::Checkpoint::open(dir);
-    const int64_t V = ck->config().vocab_size;
+    const int64_t n_vocab = ck->config().vocab_size;
     std::vector<int32_t> ids;
     if (random_ids > 0) {
       std::mt19937 rng(7);
-      for (int64_t i = 0; i < random_ids; ++i) ids.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(V)));
+      for (int64_t i = 0; i < random_ids; ++i)
+        ids.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab)));
     } else {
       if (file.empty()) throw k3::Error("give -f FILE or --random-ids N");
       const k3::Tokenizer tok = k3::Tokenizer::load(dir);
@@ -75,28 +77,29 @@ int main(int argc, char** argv) {
       return m.forward(s, ids, true);
     };
     const std::vector<float> exact = run(std::nullopt);
-    const Score se = score(exact, ids, V);
-    std::printf("%s: %lld tokens%s\n\n| trunk | perplexity | logits rel-L2 mean | max | top-1 agreement |\n|---|---|---|---|---|\n",
-                dir.c_str(), static_cast<long long>(T), random_ids > 0 ? " (random ids)" : "");
+    const Score se = score(exact, ids, n_vocab);
+    std::printf(
+        "%s: %lld tokens%s\n\n| trunk | perplexity | logits rel-L2 mean | max | top-1 agreement |\n|---|---|---|---|---|\n",
+        dir.c_str(), static_cast<long long>(T), random_ids > 0 ? " (random ids)" : "");
     std::printf("| bf16 (exact) | %.4f | 0 | 0 | 100%% |\n", std::exp(se.nll / static_cast<double>(se.n)));
     for (k3::QuantKind q : {k3::QuantKind::Q8, k3::QuantKind::Q4}) {
       const std::vector<float> got = run(q);
       double sum = 0, mx = 0;
       int64_t agree = 0;
       for (int64_t t = 0; t < T; ++t) {
-        const float* a = got.data() + t * V;
-        const float* b = exact.data() + t * V;
+        const float* a = got.data() + t * n_vocab;
+        const float* b = exact.data() + t * n_vocab;
         double num = 0, den = 0;
-        for (int64_t v = 0; v < V; ++v) {
+        for (int64_t v = 0; v < n_vocab; ++v) {
           num += (static_cast<double>(a[v]) - b[v]) * (static_cast<double>(a[v]) - b[v]);
           den += static_cast<double>(b[v]) * b[v];
         }
         const double e = std::sqrt(num / std::max(den, 1e-300));
         sum += e;
         mx = std::max(mx, e);
-        agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+        agree += std::max_element(a, a + n_vocab) - a == std::max_element(b, b + n_vocab) - b;
       }
-      const Score sq = score(got, ids, V);
+      const Score sq = score(got, ids, n_vocab);
       std::printf("| %s | %.4f | %.2e | %.2e | %.1f%% |\n", q == k3::QuantKind::Q8 ? "q8" : "q4",
                   std::exp(sq.nll / static_cast<double>(sq.n)), sum / static_cast<double>(T), mx,
                   100.0 * static_cast<double>(agree) / static_cast<double>(T));

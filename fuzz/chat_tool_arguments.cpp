@@ -27,13 +27,14 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string args(reinterpret_cast<const char*>(data), size);
   using OJ = nlohmann::ordered_json;
-  OJ body = {{"messages", OJ::array({OJ{{"role", "user"}, {"content", "q"}},
-                                     OJ{{"role", "assistant"},
-                                        {"content", nullptr},
-                                        {"tool_calls", OJ::array({OJ{{"id", "c1"},
-                                                                     {"type", "function"},
-                                                                     {"function", OJ{{"name", "f"}, {"arguments", args}}}}})}},
-                                     OJ{{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "ok"}}})}};
+  OJ body = {
+      {"messages", OJ::array({OJ{{"role", "user"}, {"content", "q"}},
+                              OJ{{"role", "assistant"},
+                                 {"content", nullptr},
+                                 {"tool_calls", OJ::array({OJ{{"id", "c1"},
+                                                              {"type", "function"},
+                                                              {"function", OJ{{"name", "f"}, {"arguments", args}}}}})}},
+                              OJ{{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "ok"}}})}};
   // The renderer on its own (the CLI's route), then the server's route. (Segments are not
   // BPE-encoded here: that is the tokenizer targets' work, and slow on 256 KiB of text.)
   try {

@@ -11,7 +11,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    const auto sp = k3::tok::specials_from_config(std::string_view(reinterpret_cast<const char*>(data), size), 256, "fuzz");
+    const auto sp =
+        k3::tok::specials_from_config(std::string_view(reinterpret_cast<const char*>(data), size), 256, "fuzz");
     std::set<int32_t> ids;
     for (const auto& s : sp)
       if (s.id < 256 || !ids.insert(s.id).second) __builtin_trap();

@@ -1,7 +1,7 @@
 // The Block AttnRes mix as a named op (spec k3-architecture.md §3.1, algorithms.md §2): the
 // per-token work of model/attn_res.cpp's fast path, on the kernel table of the calling thread's
 // execution context (exec_config.h), tokens split across its workers. The fp64 oracle is
-// model/attn_res.h attn_res_mix (tests/model/components_test.cpp compares them).
+// model/attn_res.h attn_res_mix (tests/model/test_components.cpp compares them).
 #pragma once
 #include <cstdint>
 #include <vector>

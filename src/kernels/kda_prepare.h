@@ -2,7 +2,7 @@
 // 6): the per-token work around the recurrence of model/kda.cpp's fast path, on the kernel table
 // of the calling thread's execution context (exec_config.h), tokens split across its workers;
 // fp32. The recurrence itself is kda_chunk.h / kda_decode.h. Oracle: the token-by-token k3::ref
-// path of model/kda.cpp (tests/model/fast_path_test.cpp, kda_oracle_test.cpp).
+// path of model/kda.cpp (tests/model/test_fast_path.cpp, test_kda_oracle.cpp).
 //
 // Shapes (outermost first, fp32): C = H·d channels; rows are the [T, ·] rows of a batch block.
 #pragma once

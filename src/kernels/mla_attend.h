@@ -3,7 +3,7 @@
 // (a slice of the heads) replaces these calls, not the sublayer. Both run the kernel table of
 // the calling thread's execution context (exec_config.h) with heads split across its workers;
 // fp32 throughout. Tested against the k3::ref attention of model/mla.cpp
-// (tests/model/components_test.cpp, fast_path_test.cpp).
+// (tests/model/test_components.cpp, test_fast_path.cpp).
 //
 // Shapes (outermost first, fp32 unless stated): q [T, H, dn + dr] (per head q_nope then q_rope);
 // cache rows [n_past + T, kvr + dr] (the normalized latent c, then the raw k_r; the T rows of

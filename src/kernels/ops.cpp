@@ -130,7 +130,7 @@ void matmul_bf16_raw(const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw,
   // Few rows (a router, a small projection) but many tokens: split the tokens instead, so both
   // threads work. Outputs are the same bits either way: every call gets >= kTokenGrain tokens,
   // and for T >= 4 each output's order over K depends on neither the row range nor the token
-  // count (tests/kernels/gemm_bf16_test.cpp, ops_split_test.cpp).
+  // count (tests/kernels/test_gemm_bf16.cpp, test_ops_split.cpp).
   const int64_t row_units = (rows + kRowGrain - 1) / kRowGrain;
   if (row_units < 2 * num_threads() && n_tokens >= 2 * kTokenGrain) {
     // Units of kTokenGrain tokens, the remainder folded into the last unit: no call gets fewer

@@ -5,7 +5,7 @@
 //
 // Every function runs the kernel table of the calling thread's execution context
 // (exec_config.h: ExecConfig::isa, one per model). The scalar
-// ISA is the portable build of the same source; tests/kernels/vec_test.cpp compares every ISA
+// ISA is the portable build of the same source; tests/kernels/test_vec.cpp compares every ISA
 // with the fp64 oracles of kernels/ref (norms.h, activations.h) at the tolerances stated there.
 // Accumulation is fp32 (the order of the partial sums is ISA-dependent); exp is the Cephes
 // polynomial (relative error <= 1.4·2^-24 measured on [ln FLT_MIN, ln FLT_MAX]; σ <= 3.4·2^-24,

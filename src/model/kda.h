@@ -64,7 +64,7 @@ void kda_forward(const KdaWeights& w, const KdaDims& dims, const float* x, int64
 /// [T_total, D] blocks whose rows segs[s] belong to sequence s, whose state is states[s]
 /// (advanced by segs[s].T tokens). Projections and o_proj run once over all rows; the conv and
 /// the recurrence per sequence. Every row is computed as in a lone call: outputs and states are
-/// bit-identical to kda_forward on each sequence alone (tests/model/batch_test.cpp).
+/// bit-identical to kda_forward on each sequence alone (tests/model/test_batch.cpp).
 /// Errors: k3::Error when segs and states differ in count, segs do not tile [0, T_total) in
 /// order, or a state does not match `dims` (nothing is advanced then).
 void kda_forward_batch(const KdaWeights& w, const KdaDims& dims, const float* x,

@@ -68,7 +68,7 @@ void mla_forward(const MlaWeights& w, const MlaDims& dims, const float* x, int64
 /// [T_total, D] blocks whose rows segs[s] belong to sequence s, appended to caches[s]. The
 /// projections run once over all rows, the attention per sequence over its own cache (Auto
 /// decides per sequence). Outputs and caches are bit-identical to mla_forward on each sequence
-/// alone (tests/model/batch_test.cpp). Errors: k3::Error when segs and caches differ in count,
+/// alone (tests/model/test_batch.cpp). Errors: k3::Error when segs and caches differ in count,
 /// segs do not tile [0, T_total) in order, or a cache is malformed (nothing is appended then).
 void mla_forward_batch(const MlaWeights& w, const MlaDims& dims, const float* x,
                        std::span<const SeqRows> segs, std::span<MlaCache* const> caches, float* out,

@@ -72,7 +72,7 @@ TEST(AtomicFile, PlantedSymlinksAtTheOldTempNameAndTheFinalNameLeaveTheOutsideFi
   TempDir outside, dir;
   const fs::path secret = outside.p / "secret";
   std::ofstream(secret) << "outside";
-  fs::create_symlink(secret, dir.p / "state.bin.tmp");  // the old fixed temporary name
+  fs::create_symlink(secret, dir.p / "state.bin.tmp");  // a fixed temporary name
   fs::create_symlink(secret, dir.p / "other.bin");      // the final name itself
   write_file_atomic(dir.p, "state.bin", "saved-1", "test");
   write_file_atomic(dir.p, "other.bin", "saved-2", "test");
@@ -153,7 +153,8 @@ TEST(AtomicFile, WriteFailureIsAnErrorAndKeepsTheOldFile) {
     std::signal(SIGXFSZ, SIG_IGN);
     rlimit rl{4096, RLIM_INFINITY};
     ::setrlimit(RLIMIT_FSIZE, &rl);
-    const std::string m = error_of([&] { write_file_atomic(dir.p, "s.bin", std::string(8192, 'x'), "sequence state"); });
+    const std::string m =
+        error_of([&] { write_file_atomic(dir.p, "s.bin", std::string(8192, 'x'), "sequence state"); });
     const bool ok = m.find("sequence state: cannot write '" + (dir.p / "s.bin").string() + "': File too large") !=
                     std::string::npos;
     ::_exit(ok ? 0 : 1);
@@ -187,7 +188,8 @@ TEST(PrivateDir, WorldWritableForeignOrNonDirectoryIsRefused) {
     ASSERT_EQ(::chown(fresh.c_str(), 65534, 65534), 0);
     const std::string e = error_of([&] { check_private_dir(fresh, "--cache-dir"); });
     EXPECT_NE(e.find("--cache-dir: '" + fresh.string() + "' is owned by uid 65534, not by this user"),
-              std::string::npos) << e;
+              std::string::npos)
+        << e;
   }
 }
 

@@ -20,7 +20,7 @@
 using namespace k3;
 
 TEST(DType, NamesSizesRoundTrip) {
-  const DType all[] = {DType::BF16, DType::F16, DType::F32,  DType::F64,     DType::I8,     DType::U8,
+  const DType all[] = {DType::BF16, DType::F16, DType::F32, DType::F64,  DType::I8,      DType::U8,
                        DType::I16,  DType::I32, DType::I64, DType::BOOL, DType::F8_E4M3, DType::F8_E5M2};
   const size_t sizes[] = {2, 2, 4, 8, 1, 1, 2, 4, 8, 1, 1, 1};
   for (int i = 0; i < 12; ++i) {

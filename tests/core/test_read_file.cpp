@@ -1,5 +1,5 @@
 // Bounded, type-checked file reads (core/read_file.h) and MappedFile's type check before open()
-// (issue #15 items 1-2: /dev/zero read without bound, a FIFO shard blocked open() forever).
+// (/dev/zero is refused rather than read without bound; a FIFO shard is refused before open() can block).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,7 +30,8 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 std::filesystem::path temp_path(const char* name) {
-  return std::filesystem::temp_directory_path() / (std::string("k3-readfile-") + std::to_string(::getpid()) + "-" + name);
+  return std::filesystem::temp_directory_path() /
+         (std::string("k3-readfile-") + std::to_string(::getpid()) + "-" + name);
 }
 
 }  // namespace
@@ -43,14 +44,16 @@ TEST(ReadFile, RegularFileAndLimit) {
   l.max_bytes = 9;
   l.limit_flag = "--max-input-mib";
   const std::string m = error_of([&] { read_file_bounded(p, "-f/--file", l); });
-  EXPECT_NE(m.find("-f/--file: '" + p.string() + "' is 10 bytes, larger than the limit of 9 bytes; raise it with --max-input-mib"),
+  EXPECT_NE(m.find("-f/--file: '" + p.string() +
+                   "' is 10 bytes, larger than the limit of 9 bytes; raise it with --max-input-mib"),
             std::string::npos)
       << m;
   l.max_bytes = 10;
   EXPECT_EQ(read_file_bounded(p, "-f/--file", l), "0123456789");
   std::filesystem::remove(p);
-  EXPECT_NE(error_of([&] { read_file_bounded(p, "config.json"); }).find("config.json: cannot open '" + p.string() + "'"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { read_file_bounded(p, "config.json"); }).find("config.json: cannot open '" + p.string() + "'"),
+      std::string::npos);
 }
 
 TEST(ReadFile, DevicesAndDirectoriesRefusedByType) {

@@ -90,8 +90,7 @@ void write_safetensors(const fs::path& file, std::vector<FxTensor> tensors, bool
   ::close(fd);
 }
 
-void write_raw_safetensors(const fs::path& file, const std::string& header, uint64_t data_bytes,
-                           int64_t header_len) {
+void write_raw_safetensors(const fs::path& file, const std::string& header, uint64_t data_bytes, int64_t header_len) {
   std::string s;
   put_u64(s, header_len < 0 ? header.size() : static_cast<uint64_t>(header_len));
   s += header;
@@ -111,7 +110,8 @@ std::vector<FxTensor> text_inventory(const k3::ModelConfig& cfg, const std::stri
   for (auto& t : r) {
     if (t.name.size() >= 5 && t.name.compare(t.name.size() - 5, 5, "A_log") == 0) {
       std::vector<float> v(static_cast<size_t>(t.shape[0]), 0.0f);
-      for (int h = 0; h < cfg.kda_num_heads && h < static_cast<int>(v.size()); ++h) v[static_cast<size_t>(h)] = 0.5f + 0.25f * h;
+      for (int h = 0; h < cfg.kda_num_heads && h < static_cast<int>(v.size()); ++h)
+        v[static_cast<size_t>(h)] = 0.5f + 0.25f * h;
       t.data.resize(v.size() * 4);
       std::memcpy(t.data.data(), v.data(), t.data.size());
     }

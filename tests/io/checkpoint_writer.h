@@ -70,10 +70,10 @@ std::string shard_name(int i, int n);
 struct FxCheckpoint {
   nlohmann::json config;
   std::vector<FxTensor> tensors;
-  int n_shards = 3;                 ///< 0 => single model.safetensors, no index
+  int n_shards = 3;  ///< 0 => single model.safetensors, no index
   bool sparse = false;
-  std::function<int(const std::string& name)> shard_of;           ///< optional override
-  std::function<void(nlohmann::json& index)> edit_index;          ///< optional index mutation
+  std::function<int(const std::string& name)> shard_of;   ///< optional override
+  std::function<void(nlohmann::json& index)> edit_index;  ///< optional index mutation
   void write(const fs::path& dir) const;
 };
 

@@ -129,43 +129,59 @@ TEST(Checkpoint, DenseBf16ExpertAccepted) {
 
 TEST(Checkpoint, IndexPointsToMissingFile) {
   FxCheckpoint fx = k3test::tiny_checkpoint();
-  fx.edit_index = [](nlohmann::json& j) { j["weight_map"]["language_model.model.norm.weight"] = "model-00009-of-000009.safetensors"; };
-  EXPECT_OPEN_ERR(fx, "shard 'model-00009-of-000009.safetensors' (holding e.g. tensor 'language_model.model.norm.weight') does not exist");
+  fx.edit_index = [](nlohmann::json& j) {
+    j["weight_map"]["language_model.model.norm.weight"] = "model-00009-of-000009.safetensors";
+  };
+  EXPECT_OPEN_ERR(
+      fx,
+      "shard 'model-00009-of-000009.safetensors' (holding e.g. tensor 'language_model.model.norm.weight') does not exist");
 }
 
 TEST(Checkpoint, IndexTensorMissingInShard) {
   FxCheckpoint fx = k3test::tiny_checkpoint();
-  fx.edit_index = [](nlohmann::json& j) { j["weight_map"]["language_model.model.ghost.weight"] = "model-00001-of-000003.safetensors"; };
-  EXPECT_OPEN_ERR(fx, "index maps tensor 'language_model.model.ghost.weight' to model-00001-of-000003.safetensors, but that shard has no such tensor");
+  fx.edit_index = [](nlohmann::json& j) {
+    j["weight_map"]["language_model.model.ghost.weight"] = "model-00001-of-000003.safetensors";
+  };
+  EXPECT_OPEN_ERR(
+      fx,
+      "index maps tensor 'language_model.model.ghost.weight' to model-00001-of-000003.safetensors, but that shard has no such tensor");
 }
 
 TEST(Checkpoint, ShardTensorMissingFromIndex) {
   FxCheckpoint fx = k3test::tiny_checkpoint();
   fx.edit_index = [](nlohmann::json& j) { j["weight_map"].erase("language_model.model.norm.weight"); };
-  EXPECT_OPEN_ERR(fx, "tensor 'language_model.model.norm.weight' is in the shard but not in model.safetensors.index.json");
+  EXPECT_OPEN_ERR(fx,
+                  "tensor 'language_model.model.norm.weight' is in the shard but not in model.safetensors.index.json");
 }
 
 TEST(Checkpoint, IndexMapsTensorToOtherShard) {
   FxCheckpoint fx = k3test::tiny_checkpoint();
-  fx.edit_index = [](nlohmann::json& j) { j["weight_map"]["language_model.model.norm.weight"] = "model-00001-of-000003.safetensors"; };
-  EXPECT_OPEN_ERR(fx, "tensor 'language_model.model.norm.weight' is in this shard but the index maps it to model-00001-of-000003.safetensors");
+  fx.edit_index = [](nlohmann::json& j) {
+    j["weight_map"]["language_model.model.norm.weight"] = "model-00001-of-000003.safetensors";
+  };
+  EXPECT_OPEN_ERR(
+      fx,
+      "tensor 'language_model.model.norm.weight' is in this shard but the index maps it to model-00001-of-000003.safetensors");
 }
 
 TEST(Checkpoint, SameTensorInTwoShards) {
   FxCheckpoint fx = k3test::tiny_checkpoint();
   fx.tensors.push_back(fx_find(fx.tensors, P + "model.norm.weight"));
   int n = 0;
-  fx.shard_of = [&n](const std::string& name) { 
+  fx.shard_of = [&n](const std::string& name) {
     if (name == "language_model.model.norm.weight") return n++;
     return is_vision_tensor_name(name) ? 2 : 0;
   };
-  EXPECT_OPEN_ERR(fx, "tensor 'language_model.model.norm.weight' appears in two shards: model-00001-of-000003.safetensors and model-00002-of-000003.safetensors");
+  EXPECT_OPEN_ERR(
+      fx,
+      "tensor 'language_model.model.norm.weight' appears in two shards: model-00001-of-000003.safetensors and model-00002-of-000003.safetensors");
 }
 
 TEST(Checkpoint, WrongShape) {
   FxCheckpoint fx = k3test::tiny_checkpoint();
   fx_find(fx.tensors, P + L1 + "self_attn.q_proj.weight").shape = {33, 64};
-  EXPECT_OPEN_ERR(fx, "tensor 'language_model.model.layers.1.self_attn.q_proj.weight': shape [33, 64], expected [32, 64]");
+  EXPECT_OPEN_ERR(fx,
+                  "tensor 'language_model.model.layers.1.self_attn.q_proj.weight': shape [33, 64], expected [32, 64]");
 }
 
 TEST(Checkpoint, WrongDtype) {
@@ -193,19 +209,26 @@ TEST(Checkpoint, ALogTooShort) {
 TEST(Checkpoint, StrayWeightPacked) {
   FxCheckpoint fx = k3test::tiny_checkpoint();
   fx.tensors.push_back({P + L1 + "block_sparse_moe.gate.weight_packed", DType::U8, {4, 32}, {}});
-  EXPECT_OPEN_ERR(fx, "tensor 'language_model.model.layers.1.block_sparse_moe.gate.weight_packed': stray weight_packed");
+  EXPECT_OPEN_ERR(fx,
+                  "tensor 'language_model.model.layers.1.block_sparse_moe.gate.weight_packed': stray weight_packed");
 }
 
 TEST(Checkpoint, MissingTensor) {
   FxCheckpoint fx = k3test::tiny_checkpoint();
-  std::erase_if(fx.tensors, [](const auto& t) { return t.name == "language_model.model.layers.2.self_attn.kv_b_proj.weight"; });
-  EXPECT_OPEN_ERR(fx, "missing tensor 'language_model.model.layers.2.self_attn.kv_b_proj.weight' (expected BF16 [64, 16])");
+  std::erase_if(fx.tensors,
+                [](const auto& t) { return t.name == "language_model.model.layers.2.self_attn.kv_b_proj.weight"; });
+  EXPECT_OPEN_ERR(fx,
+                  "missing tensor 'language_model.model.layers.2.self_attn.kv_b_proj.weight' (expected BF16 [64, 16])");
 }
 
 TEST(Checkpoint, MissingExpertScale) {
   FxCheckpoint fx = k3test::tiny_checkpoint();
-  std::erase_if(fx.tensors, [](const auto& t) { return t.name == "language_model.model.layers.4.block_sparse_moe.experts.2.w3.weight_scale"; });
-  EXPECT_OPEN_ERR(fx, "missing tensor 'language_model.model.layers.4.block_sparse_moe.experts.2.w3.weight_scale' (expected U8 [32, 1]");
+  std::erase_if(fx.tensors, [](const auto& t) {
+    return t.name == "language_model.model.layers.4.block_sparse_moe.experts.2.w3.weight_scale";
+  });
+  EXPECT_OPEN_ERR(
+      fx,
+      "missing tensor 'language_model.model.layers.4.block_sparse_moe.experts.2.w3.weight_scale' (expected U8 [32, 1]");
 }
 
 TEST(Checkpoint, WrongExpertPackedShape) {
@@ -239,7 +262,8 @@ TEST(Checkpoint, MissingConfigAndShards) {
     Checkpoint::open(d.path());
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("neither model.safetensors.index.json nor model.safetensors"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("neither model.safetensors.index.json nor model.safetensors"),
+              std::string::npos);
   }
   EXPECT_THROW(Checkpoint::open("/nonexistent/k3dir"), Error);
 }

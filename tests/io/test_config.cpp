@@ -23,9 +23,9 @@ std::string error_of(const json& j) {
   return "(no error)";
 }
 
-#define EXPECT_CFG_ERR(j, text) \
-  do {                          \
-    const std::string m = error_of(j); \
+#define EXPECT_CFG_ERR(j, text)                      \
+  do {                                               \
+    const std::string m = error_of(j);               \
     EXPECT_NE(m.find(text), std::string::npos) << m; \
   } while (0)
 

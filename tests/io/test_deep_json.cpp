@@ -47,7 +47,8 @@ TEST(DeepJson, SafetensorsHeaderIsRefused) {
   const uint64_t n = header.size();
   std::memcpy(bytes.data(), &n, 8);
   std::memcpy(bytes.data() + 8, header.data(), header.size());
-  const std::string w = error_of([&] { (void)k3::parse_safetensors(std::span<const uint8_t>(bytes), "m.safetensors"); });
+  const std::string w =
+      error_of([&] { (void)k3::parse_safetensors(std::span<const uint8_t>(bytes), "m.safetensors"); });
   EXPECT_NE(w.find("m.safetensors"), std::string::npos) << w;
   EXPECT_NE(w.find("JSON nested deeper than 64 levels (in the value of key \"__metadata__\")"), std::string::npos) << w;
 }

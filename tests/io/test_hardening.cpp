@@ -1,4 +1,4 @@
-// Issue #15 in k3_io: config keys the engine does not honour are refused unless they hold K3's
+// Hardening of k3_io: config keys the engine does not honour are refused unless they hold K3's
 // value, config token ids are checked (item 10); the state figures of `k3 info -c` are
 // overflow-checked (item 7); the --check tensor scan finds NaN/Inf and impossible MXFP4 scales
 // (item 3).
@@ -35,10 +35,10 @@ std::string error_of(const json& j) {
   return "(no error)";
 }
 
-#define EXPECT_CFG_ERR(j, text)                        \
-  do {                                                 \
-    const std::string m = error_of(j);                 \
-    EXPECT_NE(m.find(text), std::string::npos) << m;   \
+#define EXPECT_CFG_ERR(j, text)                      \
+  do {                                               \
+    const std::string m = error_of(j);               \
+    EXPECT_NE(m.find(text), std::string::npos) << m; \
   } while (0)
 
 json quant_block() {
@@ -64,7 +64,8 @@ TEST(ConfigHardening, UnhonouredKeysOnlyWithK3Values) {
   EXPECT_CFG_ERR(t, "cfg.json: key 'text_config.topk_method': \"group_limited_greedy\" is not supported");
   t = j;
   t["text_config"]["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"] = 16;
-  EXPECT_CFG_ERR(t, "key 'text_config.quantization_config.config_groups.group_0.weights.group_size': 16 is not supported");
+  EXPECT_CFG_ERR(t,
+                 "key 'text_config.quantization_config.config_groups.group_0.weights.group_size': 16 is not supported");
   t = j;
   t["text_config"]["quantization_config"]["format"] = "nvfp4-pack-quantized";
   EXPECT_CFG_ERR(t, "key 'text_config.quantization_config.format': \"nvfp4-pack-quantized\" is not supported");
@@ -104,7 +105,8 @@ TEST(ConfigHardening, TokenIdsAndPositions) {
       check_config_token_ids(c, c.eos_token_id, "dir/config.json");
       FAIL() << "eos_token_id beyond the tokenizer accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("dir/config.json: key 'eos_token_id': token id"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("dir/config.json: key 'eos_token_id': token id"), std::string::npos)
+          << e.what();
     }
   }
   EXPECT_NO_THROW(check_config_token_ids(c, c.vocab_size, "dir/config.json"));
@@ -115,12 +117,13 @@ TEST(StateBytesHardening, OverflowIsAnErrorNotAWrap) {
   sb.kda_total = 1000;
   sb.mla_per_token = 55296;  // K3: 24 MLA layers x 576 floats x 4 bytes
   EXPECT_EQ(sb.total(1 << 20), 1000u + 55296ull * 1048576);
-  // -c 1e15: 5.5e19 bytes, beyond 2^64 (the old figure wrapped to 1.84e19)
+  // -c 1e15: 5.5e19 bytes, beyond 2^64 (a wrapping 64-bit product would give 1.84e19)
   try {
     sb.total(1000000000000000LL);
     FAIL() << "no overflow error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("-c/--ctx: the MLA cache for 1000000000000000 tokens (55296 bytes per token) exceeds 2^64 bytes"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "-c/--ctx: the MLA cache for 1000000000000000 tokens (55296 bytes per token) exceeds 2^64 bytes"),
               std::string::npos)
         << e.what();
   }
@@ -181,7 +184,7 @@ TEST(TensorCheck, FindsNonFiniteAndImpossibleScales) {
 }
 
 // `k3 info` opens checkpoints header-only (pread, nothing mapped): same inventory, null data,
-// and the checks that read data (A_log zero padding) still run (issue #15 item 7).
+// and the checks that read data (A_log zero padding) still run.
 TEST(CheckpointHardening, HeaderOnlyOpenMapsNothing) {
   k3test::TempDir d;
   k3test::FxCheckpoint fx = k3test::tiny_checkpoint();
@@ -209,7 +212,8 @@ TEST(CheckpointHardening, HeaderOnlyOpenMapsNothing) {
     Checkpoint::open(d2.path(), header_only);
     FAIL() << "bad padding accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("A_log padding entries must be zero; found 0.125000 at index 3"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("A_log padding entries must be zero; found 0.125000 at index 3"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -251,7 +255,8 @@ TEST(CheckpointHardening, IndexEntriesOutsideTheDirectoryAndTruncatedShardsAreRe
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("weight_map[\"language_model.model.norm.weight\"] = \"" + bad +
                                            "\" is not a plain file name inside the checkpoint directory"),
-                std::string::npos) << e.what();
+                std::string::npos)
+          << e.what();
     }
   }
   k3test::TempDir d;
@@ -270,6 +275,7 @@ TEST(CheckpointHardening, IndexEntriesOutsideTheDirectoryAndTruncatedShardsAreRe
     const std::string m = e.what();
     EXPECT_EQ(m.rfind(shards[0].string() + ": ", 0), 0u) << m;
     EXPECT_NE(m.find("file truncated? the file has " + std::to_string(size - 10) + " bytes, this tensor needs "),
-              std::string::npos) << m;
+              std::string::npos)
+        << m;
   }
 }

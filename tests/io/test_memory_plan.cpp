@@ -1,4 +1,4 @@
-// The memory plan (io/memory_plan.h, issue 13) on the real K3 geometry: the published inventory
+// The memory plan (io/memory_plan.h) on the real K3 geometry: the published inventory
 // of tests/io/data/k3_config.json (the tensors of the sparse real-geometry checkpoint, summed
 // without writing them) planned for 64, 128, 256 and 512 GB machines — what fits, what is refused
 // (with numbers and a suggestion), and the arithmetic of every term.
@@ -58,7 +58,7 @@ TEST(MemoryPlan, K3WeightBytes) {
   EXPECT_EQ(expert, 17547264u);
   EXPECT_EQ(g.wb.experts, 92ull * 896 * expert);
   EXPECT_EQ(g.wb.embedding, 163840ull * 7168 * 2);
-  // The BF16 trunk is ~113 GB (issue 13); the F32 vectors are small.
+  // The BF16 trunk is ~113 GB; the F32 vectors are small.
   const double trunk = static_cast<double>(g.wb.bf16 + g.wb.embedding + g.wb.f32);
   EXPECT_GT(trunk, 105e9);
   EXPECT_LT(trunk, 120e9);
@@ -96,7 +96,7 @@ TEST(MemoryPlan, FourMachinesOnTheRealGeometry) {
       EXPECT_NE(p.refusal.find("needs"), std::string::npos);
     }
     EXPECT_DOUBLE_EQ(p.hit_rate, static_cast<double>(p.expert_cache) / static_cast<double>(p.experts_total));
-    // 16 experts x 92 layers per token = 25.8 GB (issue 13).
+    // 16 experts x 92 layers per token = 25.8 GB.
     EXPECT_NEAR(p.expert_bytes_per_token, 25.83e9, 0.01e9);
     EXPECT_DOUBLE_EQ(p.drive_bytes_per_token, (1 - p.hit_rate) * p.expert_bytes_per_token);
     const double t = p.ram_bytes_per_token / 100e9 + p.drive_bytes_per_token / 7e9;

@@ -98,8 +98,8 @@ TEST(RealGeometry, FullK3InventoryInSparseShards) {
   EXPECT_EQ(p.routed_experts, 2722740830208ll);
   EXPECT_EQ(p.routed_active, 48620371968ll);
   EXPECT_EQ(p.norms_attn_res, 4021248);
-  EXPECT_EQ(p.total, 2779484476000ll);   // spec: 2.78 T (2.779 T)
-  EXPECT_EQ(p.active, 104189612640ll);   // spec: ~104.2 B
+  EXPECT_EQ(p.total, 2779484476000ll);  // spec: 2.78 T (2.779 T)
+  EXPECT_EQ(p.active, 104189612640ll);  // spec: ~104.2 B
   EXPECT_NEAR(static_cast<double>(p.total) / 1e12, 2.78, 0.005);
   EXPECT_NEAR(static_cast<double>(p.active) / 1e9, 104.2, 0.05);
 

@@ -85,8 +85,7 @@ TEST(Safetensors, HeaderLengthOver100MB) {
     SafetensorsFile f(path);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("header length 100000001 exceeds the limit of 100000000"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("header length 100000001 exceeds the limit of 100000000"), std::string::npos)
         << e.what();
   }
 }

@@ -1,4 +1,4 @@
-"""CLI hardening (issue #15): bounded inputs, no hangs, no silent NaN, replayable seeds, a chat
+"""CLI hardening: bounded inputs, no hangs, no silent NaN, replayable seeds, a chat
 that survives a full context, overflow-checked `info`, one range-error message, streamed
 `logits --top-k`, UTF-8 and config checks. Each test reproduces the command of the issue.
 

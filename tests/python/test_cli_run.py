@@ -1,4 +1,4 @@
-"""CLI tests of `k3 run`, `k3 perplexity` and `k3 chat` (issue #5 item 4).
+"""CLI tests of `k3 run`, `k3 perplexity` and `k3 chat`.
 
 Against a tiny random checkpoint (tools/reference/gen_tiny.py) with a byte-level tiktoken.model:
 greedy ids equal the fp64 numpy reference, perplexity equals the shared sliding-window definition
@@ -215,7 +215,7 @@ def test_chat_hide_thinking_and_errors(tiny):
     assert r.returncode == 0 and "<think>" not in r.stdout.decode()
     assert k3("chat", "-m", tiny, stdin=b"").returncode == 0           # EOF at once: exit 0
     assert "--effort" in one_error_line(k3("chat", "-m", tiny, "--effort", "medium", stdin=b"x\n"))
-    # a message that cannot fit in -c is refused and the chat goes on (issue #15 item 6)
+    # a message that cannot fit in -c is refused and the chat goes on
     r = k3("chat", "-m", tiny, "-c", 8, stdin=b"Hello\n")
     assert r.returncode == 0 and b"message not sent" in r.stderr and b"-c/--ctx-size 8" in r.stderr, r.stderr
 

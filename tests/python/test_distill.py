@@ -1,4 +1,4 @@
-"""tools/train/distill.py (K3-nano from K3-mini, issue 12) on a short wall budget: both phases run,
+"""tools/train/distill.py (K3-nano from K3-mini) on a short wall budget: both phases run,
 the warm-up KL loss falls, the on-policy reward stays within clip(log p_t - log p_s, -R, R), and
 trained.pt loads into the trainer's K3Model with the nano config; kd_loss checked on hand values."""
 import json

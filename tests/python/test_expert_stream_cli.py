@@ -1,4 +1,4 @@
-"""CLI tests of issue 13 on models/k3-mini: `k3 run` with streamed experts (a cache smaller
+"""CLI tests of streamed experts and the memory plan on models/k3-mini: `k3 run` with streamed experts (a cache smaller
 than the experts, and no cache) prints exactly the mapped run's greedy ids; `--trunk-type q8`
 runs; `--ram-gb` too small is refused at start-up with the plan's numbers and a suggestion;
 `k3 info --plan` prints one plan per --ram-gb value (JSON: fits / refused, the arithmetic).

@@ -34,7 +34,7 @@ FAST_REL_TOL = 2e-5  # Fast path, exact MXFP4, vs fp64: measured max 1.4e-5 (fp3
 PY = sys.executable
 VARIANTS = ["k3", "scaled", "many_experts", "kimi_linear_gate"]
 N_PROMPT, N_GEN = 64, 32
-REL_TOL = 1e-5  # per-position relative L2 of the logits (issue #3)
+REL_TOL = 1e-5  # per-position relative L2 of the logits
 
 
 def prompt_ids(vocab, seed):
@@ -211,7 +211,7 @@ def test_invalid_mxfp4_scale_is_an_error_naming_the_tensor(models, tmp_path):
     assert p.stderr.count("\n") == 1
 
 
-# ------------------------------------------------------------------ kernel paths (issue #6)
+# ------------------------------------------------------------------ kernel paths ----------
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_kernel_paths_vs_reference(models, variant, tmp_path):
@@ -219,8 +219,8 @@ def test_kernel_paths_vs_reference(models, variant, tmp_path):
     oracle path (K3_KERNELS=ref) within 1e-5 and the Fast path with exact MXFP4 within 2e-5 (fp32
     instead of fp64 accumulation roughly doubles the rounding error at every layer; these random
     tiny models amplify it to ~1e-5 by the logits — measured max 1.4e-5; Fast vs the ref path is
-    <= 1e-5 in tests/model/fast_path_test.cpp). (The int8 MXFP4
-    path is bounded per MoE layer and on k3-mini in tests/model/fast_path_test.cpp: on these
+    <= 1e-5 in tests/model/test_fast_path.cpp). (The int8 MXFP4
+    path is bounded per MoE layer and on k3-mini in tests/model/test_fast_path.cpp: on these
     random tiny models its ~1e-2 per-layer error flips near-tied router choices, so whole-model
     logits differ O(1).) Prints the measured errors."""
     d = models[variant]

@@ -433,8 +433,8 @@ def test_malformed_inputs_are_one_line_errors(tmp_path, tiny):
 
 
 def test_planted_symlink_at_the_old_temp_name_is_not_followed(tmp_path, tiny, tiny_gguf):
-    """The output is written through a fresh temporary file: a symlink planted at OUT.tmp (the
-    old fixed name) or at OUT itself never redirects the write."""
+    """The output is written through a fresh temporary file: a symlink planted at OUT.tmp (a
+    fixed temporary name) or at OUT itself never redirects the write."""
     outside = tmp_path / "outside"
     outside.write_text("keep")
     out = tmp_path / "o.gguf"

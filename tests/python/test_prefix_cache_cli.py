@@ -1,4 +1,4 @@
-"""The prefix cache and sequence save / restore (issue #11) end to end on models/k3-mini:
+"""The prefix cache and sequence save / restore end to end on models/k3-mini:
 
 - `k3 serve`: a repeated and an extended prompt are served from the cache with the same greedy
   text as a server without it; /metrics counts the hits; after SIGTERM a new server on the same

@@ -2,8 +2,8 @@
 JSON, with a clear error instead of a stack overflow that would end the process.
 
 - F1: a chat request whose assistant tool call carries 50,000-deep JSON in its `arguments`
-  *string* (the body itself is shallow) used to crash the server in the chat renderer:
-  /v1/chat/completions (streaming and not) and /tokenize now answer 400 naming
+  *string* (the body itself is shallow), which a recursive chat renderer would overflow on:
+  /v1/chat/completions (streaming and not) and /tokenize answer 400 naming
   `messages[N].tool_calls[K].function.arguments`, and the server stays up. Depths just under and
   over the limit, in the body and in the arguments string. `k3 tokenize --chat FILE` with such a
   chat (or a deep FILE) exits 1 naming the field (the file).

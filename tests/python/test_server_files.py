@@ -1,4 +1,4 @@
-"""Files `k3 serve` writes and trusts (issue 28, findings F8, F11, F13, F14, F20), attacked end to
+"""Files `k3 serve` writes and trusts (findings F8, F11, F13, F14, F20 of the security review), attacked end to
 end on models/k3-mini:
 
 - F8: a symlink planted as NAME.tmp (the old fixed temporary name) or as NAME itself in
@@ -74,7 +74,7 @@ def test_slot_save_never_follows_a_planted_symlink(tmp_path):
     slots.mkdir()
     outside = tmp_path / "outside.txt"
     outside.write_text("not k3's")
-    os.symlink(outside, slots / "conv.bin.tmp")  # the old fixed temporary name
+    os.symlink(outside, slots / "conv.bin.tmp")  # a fixed temporary name
     os.symlink(outside, slots / "link.bin")      # the final name itself
     s = Server(str(tmp_path / "a.log"), "--slot-save-path", str(slots), "-np", "1", "-c", "256", "-t", "2")
     try:

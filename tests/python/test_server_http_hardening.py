@@ -1,4 +1,4 @@
-"""Attacks on the HTTP transport of `k3 serve` (issue 28, findings F2, F3, F4, F15, F16, F19), each
+"""Attacks on the HTTP transport of `k3 serve` (findings F2, F3, F4, F15, F16, F19 of the security review), each
 performed against a real server on models/k3-mini over loopback and checked for the fixed
 behaviour:
 
@@ -169,8 +169,8 @@ def test_F2_upload_without_the_key_gets_401_before_the_body_is_read(keyed, frami
 
 @pytest.mark.parametrize("framing", ["chunked", "length-less", "content-length"])
 def test_F2_bodies_over_32_MiB_get_413_whatever_their_framing(keyed, framing):
-    """With the key: a 100 MiB body gets 413 after at most the 32 MiB limit is read (the old
-    library read 512 MiB of a chunked body); RSS grows by less than 100 MiB."""
+    """With the key: a 100 MiB body gets 413 after at most the 32 MiB limit is read (cpp-httplib
+    0.11.4 reads 512 MiB of a chunked body); RSS grows by less than 100 MiB."""
     before = rss_mib(keyed.proc.pid)
     auth = f"Authorization: Bearer {KEY}\r\n".encode()
     if framing == "chunked":
@@ -195,7 +195,7 @@ def test_F2_bodies_over_32_MiB_get_413_whatever_their_framing(keyed, framing):
 
 def test_F2_header_count_line_length_and_target_length_are_limited(keyed):
     """1000 header lines, a 64 KiB header line, a 16 KiB request target: refused at once
-    (400, 400, 414) with bounded memory; the old library kept 1 M header lines (+183 MiB)."""
+    (400, 400, 414) with bounded memory; cpp-httplib 0.11.4 keeps 1 M header lines (+183 MiB)."""
     before = rss_mib(keyed.proc.pid)
     s = connect(keyed.port)
     try:
@@ -375,7 +375,7 @@ def test_F3_connections_are_limited_per_client_and_overall(tmp_path_factory):
 
 def test_F19_the_listen_backlog_holds_200_pending_connections(tmp_path_factory):
     """While the server is stopped (SIGSTOP), 200 clients connect: every handshake completes in
-    the kernel's queue (the old backlog of 5 dropped all but 6); after SIGCONT /health answers."""
+    the kernel's queue (a backlog of 5 drops all but 6); after SIGCONT /health answers."""
     srv = start(tmp_path_factory, "backlog")
     socks = []
     ok = 0
@@ -412,7 +412,7 @@ def test_F19_the_listen_backlog_holds_200_pending_connections(tmp_path_factory):
 def test_F4_a_second_server_on_a_port_in_use_fails_with_address_in_use(keyed):
     """No SO_REUSEPORT: a second `k3 serve` (without a key) on the keyed server's port exits
     non-zero with "address in use"; every request still reaches the keyed server (401 without
-    the key; the old library let the keyless one answer about half of them)."""
+    the key; with SO_REUSEPORT the keyless one would answer about half of them)."""
     out = subprocess.run([base.K3, "serve", "-m", base.MINI, "--host", "127.0.0.1", "--port", str(keyed.port),
                           "-t", "1"], capture_output=True, timeout=60)
     assert out.returncode != 0

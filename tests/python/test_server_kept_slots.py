@@ -1,4 +1,4 @@
-"""Kept slot states of `k3 serve --slot-save-path` (issue 28, F9) on models/k3-mini.
+"""Kept slot states of `k3 serve --slot-save-path` (security review finding F9) on models/k3-mini.
 
 With --slot-save-path each slot keeps the state of its last sequence, and a request whose prompt
 extends the kept ids continues from it. The README promises that a request's output equals the

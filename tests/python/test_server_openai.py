@@ -1,4 +1,4 @@
-"""End-to-end tests of `k3 serve` (issue #10) on models/k3-mini, through the official `openai`
+"""End-to-end tests of `k3 serve` on models/k3-mini, through the official `openai`
 client and raw HTTP: chat and completions (streaming and not), greedy completions equal to
 `k3 run --temp 0`, reasoning + tool calls through --test-forced-output, stop strings, logprobs,
 /tokenize, /detokenize, /metrics, every error case (OpenAI error bodies and the client's

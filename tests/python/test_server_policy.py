@@ -5,7 +5,7 @@ against a real server on models/k3-mini on a free loopback port:
   browser would (Origin of that site, a "simple" text/plain body) is refused with 403 and writes
   no file; --cors-origin lets a listed site in (CORS headers, preflight 204); a Host of another
   name (DNS rebinding) gets 403; a text/plain or form body gets 415.
-- F6 /metrics behind the API key (or only --metrics-key); the prefix-cache hit counters no longer
+- F6 /metrics behind the API key (or only --metrics-key); the prefix-cache hit counters do not
   tell a prober with another key which secret a victim's prompt holds (--cache-partition key, the
   default), while --cache-partition none shows the attack working; `user` partitions.
 - F18 --api-key-file: keys from a file (not on the command line), several keys, clear errors for

@@ -1,4 +1,4 @@
-"""Speculative decoding in `k3 serve` (issue 12) end to end on models/k3-mini: a server started
+"""Speculative decoding in `k3 serve` end to end on models/k3-mini: a server started
 with `--spec-type ngram-simple --draft-max 4` (prompt lookup) and one with `--draft-model
 models/k3-nano` answer greedy /v1/chat/completions and /v1/completions, streamed and not, with
 exactly the text of a server without speculation (also with stop strings and logprobs); on a

@@ -1,7 +1,7 @@
-"""Memory bounds of `k3 serve`'s /tokenize and prompt tokenization (issue 28, F10) on models/k3-mini.
+"""Memory bounds of `k3 serve`'s /tokenize and prompt tokenization (security review finding F10) on models/k3-mini.
 
-A 30 MiB /tokenize body used to be tokenized whole and answered with a JSON tree of every id
-(hundreds of MiB per request, several at once: GiBs). Now one request produces at most
+A 30 MiB /tokenize body tokenized whole and answered with a JSON tree of every id would take
+hundreds of MiB per request (several at once: GiBs). One request produces at most
 --max-tokenize-tokens ids (more: 413 naming the limit and the flag), the server's /tokenize
 requests together reserve at most twice that (more: 429), and the response is written without
 a JSON tree. A completion prompt stops being tokenized once it cannot fit the context (400).

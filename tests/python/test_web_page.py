@@ -1,4 +1,4 @@
-"""Browser tests of the chat page that `k3 serve` serves at `/` (issue 16): Debian's chromium,
+"""Browser tests of the chat page that `k3 serve` serves at `/`: Debian's chromium,
 headless, driven through chromium-driver by selenium, against a real `k3 serve` on models/k3-mini
 on a free loopback port.
 

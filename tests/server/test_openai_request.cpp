@@ -126,8 +126,10 @@ TEST(OpenAIRequest, EveryMalformedFieldIsA400NamingIt) {
   expect_400(chat(R"(,"tool_choice":"sometimes")"), "tool_choice", "tool_choice");
   expect_400(chat(R"(,"tool_choice":{"type":5})"), "tool_choice", "tool_choice");
   expect_400(chat(R"(,"tool_choice":"required")"), "tool_choice", "needs a non-empty \"tools\"");
-  expect_400(chat(R"(,"tools":[{"type":"function","function":{"name":"a"}}],"tool_choice":{"type":"function","function":{"name":"zz"}})"),
-             "tool_choice", "\"zz\" is not among the declared tools");
+  expect_400(
+      chat(
+          R"(,"tools":[{"type":"function","function":{"name":"a"}}],"tool_choice":{"type":"function","function":{"name":"zz"}})"),
+      "tool_choice", "\"zz\" is not among the declared tools");
   expect_400(chat(R"(,"k3_forced_output":"x")"), "k3_forced_output", "--test-forced-output");
   // completions
   expect_400(OJ::parse(R"({"max_tokens":3})"), "prompt", "prompt: required", true);
@@ -140,7 +142,8 @@ TEST(OpenAIRequest, EveryMalformedFieldIsA400NamingIt) {
 }
 
 TEST(OpenAIRequest, CompletionPromptForms) {
-  auto r = k3::server::parse_completion_request(OJ::parse(R"({"prompt":"And God","logprobs":2,"echo":true})"), defaults());
+  auto r =
+      k3::server::parse_completion_request(OJ::parse(R"({"prompt":"And God","logprobs":2,"echo":true})"), defaults());
   EXPECT_EQ(*r.prompt_text, "And God");
   EXPECT_EQ(r.gen.top_logprobs, 2);
   EXPECT_TRUE(r.echo);
@@ -153,7 +156,8 @@ TEST(OpenAIRequest, CompletionPromptForms) {
 
 TEST(OpenAIRequest, BodyMustBeAJsonObject) {
   const std::string deep = "{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
-  for (const std::string& bad : {std::string("{"), std::string("[1]"), std::string(), std::string("nul"), std::string("{\"a\":}"), deep}) {
+  for (const std::string& bad :
+       {std::string("{"), std::string("[1]"), std::string(), std::string("nul"), std::string("{\"a\":}"), deep}) {
     try {
       k3::server::parse_body(bad);
       ADD_FAILURE() << bad.substr(0, 20);
@@ -167,20 +171,24 @@ TEST(OpenAIRequest, BodyMustBeAJsonObject) {
 
 TEST(OpenAIResponse, ErrorBodyShape) {
   const OJ j = k3::server::error_body(ApiError(404, "The model `x` does not exist.", "model"));
-  EXPECT_EQ(j.dump(), R"({"error":{"message":"The model `x` does not exist.","type":"NotFoundError","param":"model","code":404}})");
+  EXPECT_EQ(
+      j.dump(),
+      R"({"error":{"message":"The model `x` does not exist.","type":"NotFoundError","param":"model","code":404}})");
   EXPECT_TRUE(k3::server::error_body(ApiError(429, "busy"))["error"]["param"].is_null());
   EXPECT_EQ(k3::server::error_body(ApiError(429, "busy"))["error"]["type"], "RateLimitError");
 }
 
 TEST(OpenAIResponse, UsageAndDeltas) {
-  EXPECT_EQ(k3::server::usage_json(3, 4, 2).dump(),
-            R"({"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"completion_tokens_details":{"reasoning_tokens":2}})");
+  EXPECT_EQ(
+      k3::server::usage_json(3, 4, 2).dump(),
+      R"({"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"completion_tokens_details":{"reasoning_tokens":2}})");
   k3::server::StreamDelta d;
   EXPECT_EQ(k3::server::chat_delta(d, true).dump(), R"({"role":"assistant","content":""})");
   d.tool_calls.push_back({0, true, "call_1", "f", ""});
   d.tool_calls.push_back({0, false, "", "", "{}"});
-  EXPECT_EQ(k3::server::chat_delta(d, false).dump(),
-            R"({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}},{"index":0,"function":{"arguments":"{}"}}]})");
+  EXPECT_EQ(
+      k3::server::chat_delta(d, false).dump(),
+      R"({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}},{"index":0,"function":{"arguments":"{}"}}]})");
 }
 
 }  // namespace

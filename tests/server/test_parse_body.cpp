@@ -57,7 +57,7 @@ std::string chat_with_arguments(const std::string& arguments) {
 
 TEST(ParseBody, F1DeepToolCallArgumentsStringIsA400NamingTheField) {
   // The attack: 50,000-deep JSON inside the arguments *string* passes the body's depth check
-  // (it is one string there); the chat renderer used to parse and print it recursively.
+  // (it is one string there); a recursive parse and print in the chat renderer would overflow the stack.
   const k3::server::RequestDefaults d;
   for (const std::string& args : {nested(50000), "{\"a\": " + nested(50000) + "}", "{\"a\": " + nested(64) + "}"}) {
     const nlohmann::ordered_json body = k3::server::parse_body(chat_with_arguments(args));
@@ -71,7 +71,8 @@ TEST(ParseBody, F1DeepToolCallArgumentsStringIsA400NamingTheField) {
     }
   }
   // 64 levels in the arguments text are accepted and render (the object is level 1).
-  const auto r = k3::server::parse_chat_request(k3::server::parse_body(chat_with_arguments("{\"a\": " + nested(63) + "}")), d);
+  const auto r =
+      k3::server::parse_chat_request(k3::server::parse_body(chat_with_arguments("{\"a\": " + nested(63) + "}")), d);
   const auto segs = k3::build_chat_segments(r.messages, r.chat);
   EXPECT_NE(k3::join_chat_segments(segs).find(std::string(63, '[')), std::string::npos);
 }

@@ -121,7 +121,8 @@ TEST(RequestPolicy, KeysAreCheckedOnApiPathsMetricsHasItsOwn) {
   const PolicyConfig p = policy({"alpha", "beta"});
   RequestHead h = head("GET", "/v1/models");
   EXPECT_EQ(status(k3::server::check_request_policy(p, h)), 401);
-  EXPECT_NE(std::string(k3::server::check_request_policy(p, h).error->what()).find("Missing API key"), std::string::npos);
+  EXPECT_NE(std::string(k3::server::check_request_policy(p, h).error->what()).find("Missing API key"),
+            std::string::npos);
   for (const char* a : {"Bearer alpha", "Bearer beta", "bearer beta"}) {
     h.authorization = a;
     EXPECT_EQ(status(k3::server::check_request_policy(p, h)), 0) << a;
@@ -132,7 +133,8 @@ TEST(RequestPolicy, KeysAreCheckedOnApiPathsMetricsHasItsOwn) {
     ASSERT_EQ(status(r), 401) << a;
     EXPECT_EQ(std::string(r.error->what()), "Invalid API key");
   }
-  for (const char* open : {"/health", "/"}) EXPECT_EQ(status(k3::server::check_request_policy(p, head("GET", open))), 0);
+  for (const char* open : {"/health", "/"})
+    EXPECT_EQ(status(k3::server::check_request_policy(p, head("GET", open))), 0);
   // /metrics: an API key when keys are set and no metrics key
   EXPECT_EQ(status(k3::server::check_request_policy(p, head("GET", "/metrics"))), 401);
   RequestHead m = head("GET", "/metrics");
@@ -217,7 +219,8 @@ TEST(RequestPolicy, CachePartitions) {
   const PolicyConfig none = policy({"a", "b"}, {}, {}, {}, CachePartition::None);
   EXPECT_EQ(k3::server::cache_partition(none, "Bearer a", "u"), 0u);
   const PolicyConfig key = policy({"a", "b"}, {}, {}, {}, CachePartition::Key);
-  const uint64_t pa = k3::server::cache_partition(key, "Bearer a", ""), pb = k3::server::cache_partition(key, "Bearer b", "");
+  const uint64_t pa = k3::server::cache_partition(key, "Bearer a", ""),
+                 pb = k3::server::cache_partition(key, "Bearer b", "");
   EXPECT_NE(pa, 0u);
   EXPECT_NE(pb, 0u);
   EXPECT_NE(pa, pb);

@@ -62,8 +62,7 @@ void expect_matches_oracle(const k3::Tokenizer& t, const std::vector<int32_t>& i
     EXPECT_EQ(got.calls[i].name, want.tool_calls[i].name);
     if (want.tool_calls[i].raw_arguments.empty())
       EXPECT_EQ(OJ::parse(got.calls[i].arguments), want.tool_calls[i].arguments) << got.calls[i].arguments;
-    else
-      EXPECT_EQ(got.calls[i].arguments, want.tool_calls[i].raw_arguments);
+    else EXPECT_EQ(got.calls[i].arguments, want.tool_calls[i].raw_arguments);
     EXPECT_EQ(got.calls[i].id.rfind("call_", 0), 0u);
     EXPECT_EQ(got.calls[i].id.size(), 29u);
   }
@@ -198,7 +197,8 @@ TEST(StreamParser, TruncatedInsideAnArgumentKeepsValidJson) {
 }
 
 TEST(StreamParser, PythonJsonDumps) {
-  EXPECT_EQ(k3::server::py_json_dumps(OJ::parse(R"({"a":[1,{"b":null}],"c":"é"})")), R"({"a": [1, {"b": null}], "c": "é"})");
+  EXPECT_EQ(k3::server::py_json_dumps(OJ::parse(R"({"a":[1,{"b":null}],"c":"é"})")),
+            R"({"a": [1, {"b": null}], "c": "é"})");
 }
 
 std::string nested(int depth) {
@@ -206,8 +206,8 @@ std::string nested(int depth) {
 }
 
 TEST(StreamParser, F7DeepToolCallArgumentInModelOutputIsPassedOnAsAStringNotACrash) {
-  // The model's output is the attacker here: a 50,000-deep argument value used to be parsed and
-  // re-printed recursively (py_json_dumps) until the stack overflowed.
+  // The model's output is the attacker here: a 50,000-deep argument value parsed and re-printed
+  // recursively (py_json_dumps) would overflow the stack.
   const auto& t = k3test::kimi();
   auto out = [&](const std::string& body) {
     return t.encode("<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|>" + body +
@@ -215,7 +215,8 @@ TEST(StreamParser, F7DeepToolCallArgumentInModelOutputIsPassedOnAsAStringNotACra
                     k3::AllowedSpecials::all());
   };
   const std::string deep = nested(50000);
-  std::vector<int32_t> ids = out("<|open|>argument key=\"v\" type=\"object\"<|sep|>" + deep + "<|close|>argument<|sep|>");
+  std::vector<int32_t> ids =
+      out("<|open|>argument key=\"v\" type=\"object\"<|sep|>" + deep + "<|close|>argument<|sep|>");
   Streamed s = stream(t, ids);
   ASSERT_EQ(s.calls.size(), 1u);
   // Valid, shallow JSON: the deep text travels as a JSON string (as text that does not parse).
@@ -228,9 +229,11 @@ TEST(StreamParser, F7DeepToolCallArgumentInModelOutputIsPassedOnAsAStringNotACra
   EXPECT_EQ(s.calls[0].arguments, "{\"v\": " + nested(64) + "}");
   expect_matches_oracle(t, ids);
   // Truncated inside the deep argument: the same.
-  ids = t.encode("<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|>"
-                 "<|open|>argument key=\"v\" type=\"object\"<|sep|>" + std::string(50000, '['),
-                 k3::AllowedSpecials::all());
+  ids = t.encode(
+      "<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|>"
+      "<|open|>argument key=\"v\" type=\"object\"<|sep|>" +
+          std::string(50000, '['),
+      k3::AllowedSpecials::all());
   s = stream(t, ids);
   EXPECT_EQ(s.calls[0].arguments, "{\"v\": \"" + std::string(50000, '[') + "\"}");
   // A raw json block is the arguments text verbatim, however deep (never parsed).

@@ -44,9 +44,20 @@ std::string unescape_kitoken(const std::string& l) {
   std::string o;
   for (std::size_t i = 0; i < l.size(); ++i) {
     if (l[i] == '\\' && i + 1 < l.size()) {
-      if (l[i + 1] == 'n') { o += '\n'; ++i; continue; }
-      if (l[i + 1] == 's') { o += ' '; ++i; continue; }
-      if (l[i + 1] == 'x') { ++i; continue; }
+      if (l[i + 1] == 'n') {
+        o += '\n';
+        ++i;
+        continue;
+      }
+      if (l[i + 1] == 's') {
+        o += ' ';
+        ++i;
+        continue;
+      }
+      if (l[i + 1] == 'x') {
+        ++i;
+        continue;
+      }
     }
     o += l[i];
   }

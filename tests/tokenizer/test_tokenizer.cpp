@@ -14,7 +14,7 @@
 namespace {
 
 using k3::AllowedSpecials;
-using V = std::vector<int32_t>;
+using Ids = std::vector<int32_t>;
 
 TEST(Tokenizer, VocabSizeAndSpecialIds) {
   const auto& t = k3test::kimi();
@@ -37,13 +37,13 @@ TEST(Tokenizer, VocabSizeAndSpecialIds) {
 
 TEST(Tokenizer, SpecialsAreTextByDefault) {
   const auto& t = k3test::kimi();
-  EXPECT_EQ(t.encode("<|open|>"), (V{27, 91, 4454, 91, 29}));
-  EXPECT_EQ(t.encode("[EOS]"), (V{58, 85521, 60}));
-  EXPECT_EQ(t.encode("a<|end_of_msg|>b", AllowedSpecials::all()), (V{64, 163586, 65}));
-  EXPECT_EQ(t.encode("x<|reserved_token_163700|>", AllowedSpecials::all()), (V{87, 163700}));
+  EXPECT_EQ(t.encode("<|open|>"), (Ids{27, 91, 4454, 91, 29}));
+  EXPECT_EQ(t.encode("[EOS]"), (Ids{58, 85521, 60}));
+  EXPECT_EQ(t.encode("a<|end_of_msg|>b", AllowedSpecials::all()), (Ids{64, 163586, 65}));
+  EXPECT_EQ(t.encode("x<|reserved_token_163700|>", AllowedSpecials::all()), (Ids{87, 163700}));
   // only the listed ones
-  const V only = t.encode("[EOS]<|open|>", AllowedSpecials::only({"<|open|>"}));
-  EXPECT_EQ(only, (V{58, 85521, 60, 163587}));
+  const Ids only = t.encode("[EOS]<|open|>", AllowedSpecials::only({"<|open|>"}));
+  EXPECT_EQ(only, (Ids{58, 85521, 60, 163587}));
   EXPECT_THROW(t.encode("x", AllowedSpecials::only({"<|nope|>"})), k3::Error);
 }
 
@@ -69,27 +69,28 @@ TEST(Tokenizer, InvalidUtf8IsReplacedLikePython) {
 
 TEST(Tokenizer, ScriptHanNotScriptExtensions) {
   const auto& t = k3test::kimi();
-  EXPECT_EQ(t.encode("世界。\n你好"), (V{2243, 10155, 33845}));
-  const V v = t.encode("第一、第二。\n");
+  EXPECT_EQ(t.encode("世界。\n你好"), (Ids{2243, 10155, 33845}));
+  const Ids v = t.encode("第一、第二。\n");
   ASSERT_EQ(v.size(), 4u);
   EXPECT_EQ(v[3], 10155);
-  EXPECT_EQ(t.encode("\r\n"), (V{462}));
-  EXPECT_EQ(t.encode("\r\n\r\n"), (V{2298}));
-  EXPECT_EQ(t.encode("caf\xC3\xA9"), (V{122583, 1941}));
-  EXPECT_EQ(t.encode("cafe\xCC\x81"), (V{66, 6748, 37484}));
+  EXPECT_EQ(t.encode("\r\n"), (Ids{462}));
+  EXPECT_EQ(t.encode("\r\n\r\n"), (Ids{2298}));
+  EXPECT_EQ(t.encode("caf\xC3\xA9"), (Ids{122583, 1941}));
+  EXPECT_EQ(t.encode("cafe\xCC\x81"), (Ids{66, 6748, 37484}));
 }
 
 TEST(Tokenizer, BpeHeapEqualsScan) {
   const auto& t = k3test::kimi();
   std::mt19937 rng(7);
-  const std::string alphabet[] = {"a", "b", "e", "t", "h", " ", "\xE4\xBD\xA0", "\xE5\xA5\xBD", "0", "=", "\xF0\x9F\x98\x80"};
+  const std::string alphabet[] = {
+      "a", "b", "e", "t", "h", " ", "\xE4\xBD\xA0", "\xE5\xA5\xBD", "0", "=", "\xF0\x9F\x98\x80"};
   // reach the RankTable through a tokenizer-independent path: encode pieces directly
   auto ranks = k3::tok::RankTable::parse(k3test::read(k3test::data_dir() + "/tiktoken.model"), "tiktoken.model");
   for (int iter = 0; iter < 300; ++iter) {
     std::string s;
     const int n = 1 + static_cast<int>(rng() % 300);
     for (int k = 0; k < n; ++k) s += alphabet[rng() % std::size(alphabet)];
-    V a, b;
+    Ids a, b;
     k3::tok::bpe_encode_with(ranks, s, a, false);
     k3::tok::bpe_encode_with(ranks, s, b, true);
     ASSERT_EQ(a, b) << s;
@@ -100,7 +101,7 @@ TEST(Tokenizer, BpeHeapEqualsScan) {
 TEST(Tokenizer, StreamDecoderNeverEmitsBrokenUtf8) {
   const auto& t = k3test::kimi();
   const std::string text = "Emoji 👨‍👩‍👧‍👦 and 日本語 and 😀🎉🚀 done";
-  const V ids = t.encode(text);
+  const Ids ids = t.encode(text);
   k3::StreamDecoder d(t);
   std::string all;
   for (int32_t id : ids) {
@@ -113,7 +114,7 @@ TEST(Tokenizer, StreamDecoderNeverEmitsBrokenUtf8) {
   // random ids: the stream equals Python-style replacement of the full decode
   std::mt19937 rng(3);
   for (int iter = 0; iter < 200; ++iter) {
-    V r;
+    Ids r;
     for (int k = 0; k < 20; ++k) r.push_back(static_cast<int32_t>(rng() % t.vocab_size()));
     std::string s;
     for (int32_t id : r) {
@@ -146,8 +147,8 @@ TEST(Tokenizer, ChunkingMatchesKimi) {
   ASSERT_EQ(parts.size(), 2u);
   EXPECT_EQ(parts[0].size(), 25000u);
   EXPECT_EQ(parts[1], "a b");
-  V expect = t.encode(std::string(25000, 'a'));
-  const V tail = t.encode("a b");
+  Ids expect = t.encode(std::string(25000, 'a'));
+  const Ids tail = t.encode("a b");
   expect.insert(expect.end(), tail.begin(), tail.end());
   EXPECT_EQ(t.encode(s), expect);
 }
@@ -163,7 +164,7 @@ TEST(Tokenizer, PathologicalMegabytesRunInBoundedTime) {
 #endif
   for (const std::string& s : {std::string(n, ' '), std::string(n, 'a'), std::string(n, '\n')}) {
     const auto t0 = std::chrono::steady_clock::now();
-    const V ids = t.encode(s);
+    const Ids ids = t.encode(s);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_LT(secs, 30.0) << "first byte " << int(s[0]);
     EXPECT_EQ(t.decode(ids), s);

@@ -10,14 +10,15 @@
 
 namespace {
 
-using V = std::vector<int32_t>;
+using Ids = std::vector<int32_t>;
 
 TEST(TokenizerBounded, EqualsEncodeUpToTheLimitAndRefusesPastIt) {
   const auto& t = k3test::kimi();
   std::string text;
-  while (text.size() < 40000) text += "In the beginning God created the heaven and the earth. 1234567 \xE4\xBD\xA0\xE5\xA5\xBD! ";
+  while (text.size() < 40000)
+    text += "In the beginning God created the heaven and the earth. 1234567 \xE4\xBD\xA0\xE5\xA5\xBD! ";
   text += std::string(30000, 'a');  // a run Kimi's chunking cuts: several chunks
-  const V all = t.encode(text);
+  const Ids all = t.encode(text);
   ASSERT_GT(all.size(), 1000u);
   for (size_t limit : {all.size(), all.size() + 1, all.size() * 2}) {
     const auto got = t.encode_at_most(text, limit);
@@ -27,7 +28,7 @@ TEST(TokenizerBounded, EqualsEncodeUpToTheLimitAndRefusesPastIt) {
   for (size_t limit : {size_t{0}, size_t{1}, all.size() / 2, all.size() - 1})
     EXPECT_FALSE(t.encode_at_most(text, limit).has_value()) << limit;
   // Specials are honoured as by encode().
-  EXPECT_EQ(*t.encode_at_most("a<|end_of_msg|>b", 3, k3::AllowedSpecials::all()), (V{64, 163586, 65}));
+  EXPECT_EQ(*t.encode_at_most("a<|end_of_msg|>b", 3, k3::AllowedSpecials::all()), (Ids{64, 163586, 65}));
   EXPECT_FALSE(t.encode_at_most("a<|end_of_msg|>b", 2, k3::AllowedSpecials::all()).has_value());
 }
 

@@ -13,14 +13,22 @@ std::string b64(const std::string& s) {
   std::size_t i = 0;
   for (; i + 2 < s.size(); i += 3) {
     const uint32_t x = (uint8_t(s[i]) << 16) | (uint8_t(s[i + 1]) << 8) | uint8_t(s[i + 2]);
-    o += A[x >> 18]; o += A[(x >> 12) & 63]; o += A[(x >> 6) & 63]; o += A[x & 63];
+    o += A[x >> 18];
+    o += A[(x >> 12) & 63];
+    o += A[(x >> 6) & 63];
+    o += A[x & 63];
   }
   if (s.size() - i == 1) {
     const uint32_t x = uint8_t(s[i]) << 16;
-    o += A[x >> 18]; o += A[(x >> 12) & 63]; o += "==";
+    o += A[x >> 18];
+    o += A[(x >> 12) & 63];
+    o += "==";
   } else if (s.size() - i == 2) {
     const uint32_t x = (uint8_t(s[i]) << 16) | (uint8_t(s[i + 1]) << 8);
-    o += A[x >> 18]; o += A[(x >> 12) & 63]; o += A[(x >> 6) & 63]; o += '=';
+    o += A[x >> 18];
+    o += A[(x >> 12) & 63];
+    o += A[(x >> 6) & 63];
+    o += '=';
   }
   return o;
 }
@@ -54,8 +62,10 @@ TEST(Vocab, ConfigPlacesSpecialsAfterTheRanks) {
   EXPECT_EQ(t.special_id("<|sep|>"), 265);
   EXPECT_FALSE(t.specials()[5].special);
   EXPECT_EQ(t.decode({263, 262}, true), "<|open|>");
-  EXPECT_THROW(k3::Tokenizer::from_strings(tiny_model(), R"({"added_tokens_decoder":{"516":{"content":"x"}}})"), k3::Error);
-  EXPECT_THROW(k3::Tokenizer::from_strings(tiny_model(), R"({"added_tokens_decoder":{"259":{"content":"x"}}})"), k3::Error);
+  EXPECT_THROW(k3::Tokenizer::from_strings(tiny_model(), R"({"added_tokens_decoder":{"516":{"content":"x"}}})"),
+               k3::Error);
+  EXPECT_THROW(k3::Tokenizer::from_strings(tiny_model(), R"({"added_tokens_decoder":{"259":{"content":"x"}}})"),
+               k3::Error);
   EXPECT_THROW(k3::Tokenizer::from_strings(tiny_model(), "{not json"), k3::Error);
 }
 

@@ -1,4 +1,4 @@
-// `k3 bench`: llama-bench-style speed of a checkpoint (issue #6): prefill tokens/s (pp<P>) and
+// `k3 bench`: llama-bench-style speed of a checkpoint: prefill tokens/s (pp<P>) and
 // decode tokens/s (tg<N>), medians of several runs, the bytes of weights one decoded token reads,
 // that traffic as GB/s and as a fraction of the machine's read bandwidth (built-in streaming probe,
 // kernels/read_bandwidth.h), and the decode speed extrapolated to the full K3 (93 layers, 896
@@ -7,7 +7,7 @@
 //
 //   k3 bench -m DIR [-t N] [-p 512] [-n 128] [-r 5] [--json] [--probe-mb 1024] [--profile]
 //            [--pin] [--stream-experts | --expert-cache-gb X] [--io-threads 16]
-// The yardstick (issue 14): after each timed decode run, one pass of the read probe over the
+// The yardstick: after each timed decode run, one pass of the read probe over the
 // checkpoint's own mapped weights (the very pages decode reads, same threads); "% of probe" is
 // the median over runs of decode GB/s / that pass's GB/s, so a machine that slows down between
 // runs moves both alike. Anonymous-buffer probes (4 KiB and 2 MiB pages) are printed beside it.
@@ -51,7 +51,7 @@ struct Options {
   k3cli::NumericsFlag numerics;  ///< default k3::default_numerics()
   bool profile = false;  ///< one more decode run with per-op timers (kernels/op_profile.h)
   bool pin = false;      ///< probes with workers pinned to one CPU each
-  bool stream_experts = false;  ///< experts read from the shards (issue 13, io/expert_store.h)
+  bool stream_experts = false;  ///< experts read from the shards (io/expert_store.h)
   double expert_cache_gb = 0;
   int io_threads = 16;
 };
@@ -168,11 +168,11 @@ void run(const Options& o) {
   const double t_page = seconds_since(tp0);
 
   // deterministic pseudo-random token ids (avoid the special ids at the top of the vocab)
-  const int32_t V = std::max(2, c.vocab_size - 256);
+  const int32_t id_range = std::max(2, c.vocab_size - 256);
   uint32_t rs = 12345;
   auto next_id = [&] {
     rs = rs * 1664525u + 1013904223u;
-    return static_cast<int32_t>((rs >> 8) % static_cast<uint32_t>(V));
+    return static_cast<int32_t>((rs >> 8) % static_cast<uint32_t>(id_range));
   };
   std::vector<int32_t> prompt(static_cast<size_t>(o.prompt));
   for (auto& id : prompt) id = next_id();
@@ -371,7 +371,7 @@ const k3cli::Registrar kReg(
       o->numerics.add_to(sub);
       sub->add_flag("--profile", o->profile, "one more decode run with per-op timers: ms/token and GB/s per op");
       sub->add_flag("--pin", o->pin, "pin the read probes' workers to one CPU each");
-      sub->add_flag("--stream-experts", o->stream_experts, "read routed experts from the shards on demand (issue 13)");
+      sub->add_flag("--stream-experts", o->stream_experts, "read routed experts from the shards on demand");
       sub->add_option_function<double>(
              "--expert-cache-gb",
              [o](double v) {

@@ -191,7 +191,7 @@ struct InfoOptions {
   int64_t n_ctx = 4096;
   bool json = false;
   bool check = false;
-  // --plan (issue 13, io/memory_plan.h)
+  // --plan (io/memory_plan.h)
   bool plan = false;
   std::vector<double> ram_gb;
   std::string trunk_type = "bf16";
@@ -418,7 +418,7 @@ k3cli::Registrar reg("info", "Validate a checkpoint and print its architecture, 
                        sub->add_flag("--json", opt->json, "machine-readable output");
                        sub->add_flag("--check", opt->check,
                                      "also scan every tensor for NaN/Inf and impossible MXFP4 scales (reads every byte)");
-                       sub->add_flag("--plan", opt->plan, "print the memory plan for --ram-gb (issue 13)");
+                       sub->add_flag("--plan", opt->plan, "print the memory plan for --ram-gb");
                        sub->add_option("--ram-gb", opt->ram_gb, "machine RAM in GB for --plan (several: 64,128)")
                            ->delimiter(',');
                        sub->add_option("--trunk-type", opt->trunk_type, "plan: trunk type bf16 | q8 | q4")

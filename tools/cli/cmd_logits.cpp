@@ -114,8 +114,8 @@ class NpyRowWriter {
 // Error for a row of logits holding a NaN/Inf (position t of the ids), with the first non-finite
 // intermediate of a replay of ids[0..t] (runtime/nonfinite.h).
 [[noreturn]] void nonfinite_row(const k3::Model& model, const std::vector<int32_t>& ids, int64_t t, const float* row,
-                                int64_t V, const char* what) {
-  const int64_t bad = k3::first_nonfinite(std::span<const float>(row, static_cast<size_t>(V)));
+                                int64_t n_vocab, const char* what) {
+  const int64_t bad = k3::first_nonfinite(std::span<const float>(row, static_cast<size_t>(n_vocab)));
   throw k3::Error(std::string("logits: ") + what + " at position " + std::to_string(t) + " (id " +
                   std::to_string(ids[static_cast<size_t>(t)]) + ") is not finite: logit of id " + std::to_string(bad) +
                   " = " + std::to_string(row[bad]) + "; " +
@@ -139,30 +139,30 @@ void run(const Options& o) {
   k3::ModelOptions mo;
   mo.exec = o.numerics.exec(k3::Numerics::Exact);
   k3::Model model(*ck, mo);
-  const int64_t V = model.config().vocab_size, T = static_cast<int64_t>(ids.size());
+  const int64_t n_vocab = model.config().vocab_size, T = static_cast<int64_t>(ids.size());
   for (int64_t t = 0; t < T; ++t)
-    if (ids[static_cast<size_t>(t)] >= V)
+    if (ids[static_cast<size_t>(t)] >= n_vocab)
       throw k3::Error(std::string(o.ids.empty() ? "--ids-file" : "--ids") + ": id " + std::to_string(ids[static_cast<size_t>(t)]) + " at position " + std::to_string(t) +
-                      " is outside the vocabulary [0, " + std::to_string(V) + ")");
+                      " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
   k3::SequenceState seq = model.new_sequence();
   std::unique_ptr<NpyRowWriter> npy;
-  if (!o.out.empty()) npy = std::make_unique<NpyRowWriter>(o.out, T, V);
-  const int k = static_cast<int>(std::min<int64_t>(o.top_k, V));
-  std::vector<int32_t> idx(static_cast<size_t>(V));
+  if (!o.out.empty()) npy = std::make_unique<NpyRowWriter>(o.out, T, n_vocab);
+  const int k = static_cast<int>(std::min<int64_t>(o.top_k, n_vocab));
+  std::vector<int32_t> idx(static_cast<size_t>(n_vocab));
   auto emit_rows = [&](const std::vector<float>& logits, int64_t t0, int64_t n) {
     for (int64_t r = 0; r < n; ++r) {
-      const float* row = logits.data() + r * V;
-      if (k3::first_nonfinite(std::span<const float>(row, static_cast<size_t>(V))) >= 0) {
+      const float* row = logits.data() + r * n_vocab;
+      if (k3::first_nonfinite(std::span<const float>(row, static_cast<size_t>(n_vocab))) >= 0) {
         if (npy) npy->discard();
-        nonfinite_row(model, ids, t0 + r, row, V, "the row of logits");
+        nonfinite_row(model, ids, t0 + r, row, n_vocab, "the row of logits");
       }
     }
     if (npy) {
-      npy->write(logits.data(), n * V);
+      npy->write(logits.data(), n * n_vocab);
       return;
     }
     for (int64_t r = 0; r < n; ++r) {
-      const float* row = logits.data() + r * V;
+      const float* row = logits.data() + r * n_vocab;
       std::iota(idx.begin(), idx.end(), 0);
       std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
         return row[a] != row[b] ? row[a] > row[b] : a < b;
@@ -188,7 +188,7 @@ void run(const Options& o) {
     std::vector<float> logits = forward(ids, true, &dump, T);
     dump.finish();
     emit_rows(logits, 0, T);
-    last_row.assign(logits.end() - V, logits.end());
+    last_row.assign(logits.end() - n_vocab, logits.end());
   } else {
     // streamed in the model's prefill pieces (the same pieces forward() would cut, so the same
     // numbers): O(piece x vocab) memory whatever the number of ids
@@ -198,13 +198,13 @@ void run(const Options& o) {
       std::vector<float> logits =
           forward(std::span<const int32_t>(ids.data() + t0, static_cast<size_t>(n)), true, nullptr, t0 + n);
       emit_rows(logits, t0, n);
-      if (t0 + n == T) last_row.assign(logits.end() - V, logits.end());
+      if (t0 + n == T) last_row.assign(logits.end() - n_vocab, logits.end());
     }
   }
   if (npy) npy->finish();
   if (o.generate > 0) {
     std::vector<int32_t> gen;
-    int32_t next = argmax(last_row.data(), V);
+    int32_t next = argmax(last_row.data(), n_vocab);
     for (int i = 0; i < o.generate; ++i) {
       gen.push_back(next);
       if (i + 1 == o.generate) break;
@@ -212,7 +212,7 @@ void run(const Options& o) {
       std::vector<float> l = model.forward(seq, one, /*all_logits=*/false);
       if (k3::first_nonfinite(l) >= 0)
         throw k3::Error("logits: --generate: the logits of generated token " + std::to_string(i + 1) + " are not finite");
-      next = argmax(l.data(), V);
+      next = argmax(l.data(), n_vocab);
     }
     std::printf("generated:");
     for (size_t i = 0; i < gen.size(); ++i) std::printf("%s%d", i ? "," : " ", gen[i]);

@@ -53,7 +53,7 @@ struct ServeOptions {
   k3cli::CacheFlags cache;
   std::string slot_save_path;
   int64_t max_tokenize_tokens = int64_t{1} << 20;
-  k3cli::SpecFlags spec;  // speculative decoding in the scheduler (issue 12)
+  k3cli::SpecFlags spec;  // speculative decoding in the scheduler
 };
 
 uint64_t physical_ram_bytes() {
@@ -177,7 +177,7 @@ void serve(const ServeOptions& o) {
                !policy.metrics_keys.empty() ? "needs a metrics key" : !policy.api_keys.empty() ? "needs an API key" : "open",
                k3::server::cache_partition_name(policy.partition), policy.cors_origins.size(), policy.allowed_hosts.size());
 
-  const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(o.parallel);  // memory plan (issue 13)
+  const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(o.parallel);  // memory plan
   k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, o.gen.model_options(), stream);
   k3::Scheduler::Options so;
   so.n_parallel = o.parallel;

@@ -55,7 +55,7 @@ struct GenFlags {
   uint64_t seed = 0;         ///< the --seed value (any uint64); meaningful when seed_is_given
   bool seed_is_given = false;  ///< false = draw a random seed (printed in the stats, so it replays)
   bool seed_given() const { return seed_is_given; }
-  // Experts streamed from SSD (issue 13): --stream-experts, implied by --expert-cache-gb.
+  // Experts streamed from SSD: --stream-experts, implied by --expert-cache-gb.
   bool stream_experts = false;
   double expert_cache_gb = 0;  ///< byte budget of the expert cache in GB (1e9 bytes); 0 = none
   int io_threads = 16;         ///< expert reads in flight
@@ -76,7 +76,7 @@ struct GenFlags {
     return mo;
   }
 
-  /// The start-up memory check (issue 13) when --ram-gb is given or experts are streamed: the
+  /// The start-up memory check when --ram-gb is given or experts are streamed: the
   /// plan of io/memory_plan.h for this checkpoint (headers only), -c and `n_parallel`; RAM =
   /// --ram-gb or the physical RAM. Refuses (k3::Error with the plan's numbers and suggestion)
   /// when it does not fit; with --ram-gb and streaming and no --expert-cache-gb, the expert

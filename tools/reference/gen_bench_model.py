@@ -1,4 +1,4 @@
-"""Bandwidth-bound K3 benchmark checkpoint generator (issue #6, `k3 bench`).
+"""Bandwidth-bound K3 benchmark checkpoint generator (`k3 bench`).
 
 Usage:
   .venv/bin/python tools/reference/gen_bench_model.py --out /tmp/k3-bench [--layers 4]
@@ -14,7 +14,7 @@ layer count, the experts per layer and the vocabulary are smaller, so the whole 
 beyond any cache, so decode speed measures memory traffic and per-layer timings extrapolate to the
 real 93-layer, 896-expert model.
 
-Larger than RAM (issue 13, bench/expert_stream.cpp): `--layers 3 --experts 896` gives 2 MoE layers
+Larger than RAM (bench/expert_stream.cpp): `--layers 3 --experts 896` gives 2 MoE layers
 with all 896 real-size experts each (31.4 GB of experts, ≈ 35 GB in all); the free disk is checked
 first (--min-free-gb, default 20 GB must stay free).
 

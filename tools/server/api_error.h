@@ -11,7 +11,9 @@ namespace k3::server {
 class ApiError : public std::runtime_error {
  public:
   ApiError(int status, std::string message, std::string param = {}, std::string type = {})
-      : std::runtime_error(message), status_(status), param_(std::move(param)),
+      : std::runtime_error(message),
+        status_(status),
+        param_(std::move(param)),
         type_(type.empty() ? default_type(status) : std::move(type)) {}
 
   int status() const { return status_; }

@@ -48,7 +48,8 @@ bool run_stream(ChatStreamState& s, httplib::DataSink& sink) {
     add_draft_timings(ctx, r, last);
     write(sse(last));
     if (s.include_usage)
-      write(sse(usage_chunk(s.meta, "chat.completion.chunk", usage_json(r.n_prompt, r.n_generated, r.reasoning_tokens))));
+      write(
+          sse(usage_chunk(s.meta, "chat.completion.chunk", usage_json(r.n_prompt, r.n_generated, r.reasoning_tokens))));
   }
   write(sse_done());
   out.done();
@@ -76,7 +77,8 @@ bool run_json(ChatStreamState& s, httplib::DataSink& sink) {
   }
   if (r.finish == FinishReason::Error) {
     ctx.metrics->count_finish("error");
-    out.write(error_body(ApiError(500, "generation failed: " + r.error)).dump(-1, ' ', false, Json::error_handler_t::replace));
+    out.write(error_body(ApiError(500, "generation failed: " + r.error))
+                  .dump(-1, ' ', false, Json::error_handler_t::replace));
   } else {
     const std::string fr = finish_reason_of(r, !s.parser.tool_calls().empty());
     ctx.metrics->count_finish(fr);
@@ -108,21 +110,21 @@ void handle_chat(const ServeContext& ctx, const httplib::Request& req, httplib::
     // One JSON object, sent through a chunked provider once the sequence is queued: while it
     // runs, a "\n" heartbeat (leading whitespace the client's JSON parser skips) goes out every
     // second, so a client that hung up is noticed and its sequence cancelled.
-    auto state = std::make_shared<ChatStreamState>(ChatStreamState{&ctx, HandleGuard{&ctx, h}, K3StreamParser(*ctx.tok, cr.chat.thinking),
+    auto state = std::make_shared<ChatStreamState>(ChatStreamState{&ctx, HandleGuard{&ctx, h},
+                                                                   K3StreamParser(*ctx.tok, cr.chat.thinking),
                                                                    StopMatcher(cr.gen.stop), meta, want_lp, false});
-    res.set_chunked_content_provider("application/json",
-                                     [state](size_t, httplib::DataSink& sink) {
-                                       return guarded_provider(sink, false, [&] { return run_json(*state, sink); });
-                                     });
+    res.set_chunked_content_provider("application/json", [state](size_t, httplib::DataSink& sink) {
+      return guarded_provider(sink, false, [&] { return run_json(*state, sink); });
+    });
     return;
   }
-  auto state = std::make_shared<ChatStreamState>(ChatStreamState{&ctx, HandleGuard{&ctx, h}, K3StreamParser(*ctx.tok, cr.chat.thinking),
-                                                                 StopMatcher(cr.gen.stop), meta, want_lp, cr.gen.include_usage});
+  auto state = std::make_shared<ChatStreamState>(
+      ChatStreamState{&ctx, HandleGuard{&ctx, h}, K3StreamParser(*ctx.tok, cr.chat.thinking), StopMatcher(cr.gen.stop),
+                      meta, want_lp, cr.gen.include_usage});
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream",
-                                   [state](size_t, httplib::DataSink& sink) {
-                                     return guarded_provider(sink, true, [&] { return run_stream(*state, sink); });
-                                   });
+  res.set_chunked_content_provider("text/event-stream", [state](size_t, httplib::DataSink& sink) {
+    return guarded_provider(sink, true, [&] { return run_stream(*state, sink); });
+  });
 }
 
 }  // namespace k3::server

@@ -85,7 +85,8 @@ bool run_json(CompletionJsonState& s, httplib::DataSink& sink) {
   }
   if (r.finish == FinishReason::Error) {
     ctx.metrics->count_finish("error");
-    out.write(error_body(ApiError(500, "generation failed: " + r.error)).dump(-1, ' ', false, Json::error_handler_t::replace));
+    out.write(error_body(ApiError(500, "generation failed: " + r.error))
+                  .dump(-1, ' ', false, Json::error_handler_t::replace));
   } else {
     const std::string fr = finish_reason_of(r, false);
     ctx.metrics->count_finish(fr);
@@ -129,20 +130,18 @@ void handle_completion(const ServeContext& ctx, const httplib::Request& req, htt
     // second, so a client that hung up is noticed and its sequence cancelled.
     auto state = std::make_shared<CompletionJsonState>(CompletionJsonState{
         &ctx, HandleGuard{&ctx, h}, PlainTextDecoder(*ctx.tok), StopMatcher(cr.gen.stop), meta, want_lp, echo_text});
-    res.set_chunked_content_provider("application/json",
-                                     [state](size_t, httplib::DataSink& sink) {
-                                       return guarded_provider(sink, false, [&] { return run_json(*state, sink); });
-                                     });
+    res.set_chunked_content_provider("application/json", [state](size_t, httplib::DataSink& sink) {
+      return guarded_provider(sink, false, [&] { return run_json(*state, sink); });
+    });
     return;
   }
-  auto state = std::make_shared<CompletionStreamState>(CompletionStreamState{
-      &ctx, HandleGuard{&ctx, h}, PlainTextDecoder(*ctx.tok), StopMatcher(cr.gen.stop), meta, want_lp,
-      cr.gen.include_usage, echo_text});
+  auto state = std::make_shared<CompletionStreamState>(
+      CompletionStreamState{&ctx, HandleGuard{&ctx, h}, PlainTextDecoder(*ctx.tok), StopMatcher(cr.gen.stop), meta,
+                            want_lp, cr.gen.include_usage, echo_text});
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream",
-                                   [state](size_t, httplib::DataSink& sink) {
-                                     return guarded_provider(sink, true, [&] { return run_stream(*state, sink); });
-                                   });
+  res.set_chunked_content_provider("text/event-stream", [state](size_t, httplib::DataSink& sink) {
+    return guarded_provider(sink, true, [&] { return run_stream(*state, sink); });
+  });
 }
 
 }  // namespace k3::server

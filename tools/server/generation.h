@@ -25,10 +25,10 @@ struct GenerationResult {
   bool client_gone = false;  ///< emit() failed or alive() turned false; the sequence was cancelled
   std::string error;         ///< when finish == Error
   int64_t n_prompt = 0;
-  int64_t n_generated = 0;   ///< ids generated (up to the stop-string match; a stop id included)
+  int64_t n_generated = 0;  ///< ids generated (up to the stop-string match; a stop id included)
   int64_t reasoning_tokens = 0;
-  int64_t draft_n = 0;            ///< draft ids verified for this sequence (speculative decoding)
-  int64_t draft_n_accepted = 0;   ///< of those, accepted
+  int64_t draft_n = 0;           ///< draft ids verified for this sequence (speculative decoding)
+  int64_t draft_n_accepted = 0;  ///< of those, accepted
 };
 
 /// With speculative decoding on (the scheduler has a drafter), adds llama-server's

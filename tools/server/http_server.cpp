@@ -35,9 +35,8 @@ struct Route {
   const char* path;
 };
 constexpr Route kRoutes[] = {
-    {"GET", "/health"},           {"GET", "/metrics"},     {"GET", "/v1/models"},
-    {"POST", "/v1/chat/completions"}, {"POST", "/v1/completions"}, {"POST", "/tokenize"},
-    {"POST", "/detokenize"},
+    {"GET", "/health"},          {"GET", "/metrics"},   {"GET", "/v1/models"},   {"POST", "/v1/chat/completions"},
+    {"POST", "/v1/completions"}, {"POST", "/tokenize"}, {"POST", "/detokenize"},
 };
 
 std::string endpoint_label(const std::string& path) {
@@ -155,7 +154,8 @@ void HttpServer::setup_routes() {
         }));
   s.Get("/v1/models", guarded([](const ServeContext& c, const httplib::Request&, httplib::Response& res) {
           static const int64_t created =
-              std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+              std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                  .count();
           send_json(res, Json{{"object", "list"},
                               {"data", Json::array({Json{{"id", c.model_id},
                                                          {"object", "model"},
@@ -182,7 +182,8 @@ void HttpServer::setup_routes() {
     const std::string method = r.method;
     auto not_allowed = [method](const httplib::Request& req, httplib::Response& res) {
       res.set_header("Allow", method);
-      send_error(res, ApiError(405, "Method " + req.method + " is not allowed on " + req.path + " (use " + method + ")"));
+      send_error(res,
+                 ApiError(405, "Method " + req.method + " is not allowed on " + req.path + " (use " + method + ")"));
     };
     if (method != "GET") s.Get(r.path, not_allowed);
     if (method != "POST") s.Post(r.path, not_allowed);
@@ -248,7 +249,8 @@ void HttpServer::setup_routes() {
     const ServeContext* ctx = ctx_.load();
     if (ctx) ctx->metrics->count_request(endpoint_label(req.path), res.status);
     std::fprintf(stderr, "k3 serve: %s %s %d | prompt %lld tok | gen %lld tok | %.1f ms\n",
-                 escape_for_log(req.method).c_str(), escape_for_log(req.path).c_str(), res.status, static_cast<long long>(std::max<int64_t>(log.prompt_tokens, 0)),
+                 escape_for_log(req.method).c_str(), escape_for_log(req.path).c_str(), res.status,
+                 static_cast<long long>(std::max<int64_t>(log.prompt_tokens, 0)),
                  static_cast<long long>(std::max<int64_t>(log.generated_tokens, 0)), ms);
     // A request httplib refuses before the pre-routing handler runs must not show these counts.
     current_request_log() = RequestLog{};

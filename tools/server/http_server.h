@@ -24,14 +24,14 @@ namespace k3::server {
 
 struct ServerConfig {
   std::string host = "127.0.0.1";
-  int port = 8080;                  ///< 0: pick a free port (see HttpServer::port())
-  PolicyConfig policy;              ///< keys, Host, Origin and Content-Type checks (request_policy.h)
-  int http_threads = 16;            ///< request threads kept ready (each connection holds one; more
-                                    ///< start on demand up to limits.max_connections)
+  int port = 8080;                         ///< 0: pick a free port (see HttpServer::port())
+  PolicyConfig policy;                     ///< keys, Host, Origin and Content-Type checks (request_policy.h)
+  int http_threads = 16;                   ///< request threads kept ready (each connection holds one; more
+                                           ///< start on demand up to limits.max_connections)
   std::size_t max_body_bytes = 32u << 20;  ///< larger bodies get 413
-  int read_timeout_s = 30;          ///< socket read timeout (slow or stalled clients)
-  int write_timeout_s = 30;         ///< socket write timeout (a stalled stream is cancelled)
-  ConnectionLimits limits;          ///< connections overall / per client IP, header and body deadlines
+  int read_timeout_s = 30;                 ///< socket read timeout (slow or stalled clients)
+  int write_timeout_s = 30;                ///< socket write timeout (a stalled stream is cancelled)
+  ConnectionLimits limits;                 ///< connections overall / per client IP, header and body deadlines
 };
 
 class HttpServer {

@@ -34,10 +34,8 @@ std::string address_of(const sockaddr_storage& a, int& port) {
     port = ntohs(v4->sin_port);
   } else if (a.ss_family == AF_INET6) {
     const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
-    if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr))
-      inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], buf, sizeof buf);
-    else
-      inet_ntop(AF_INET6, &v6->sin6_addr, buf, sizeof buf);
+    if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], buf, sizeof buf);
+    else inet_ntop(AF_INET6, &v6->sin6_addr, buf, sizeof buf);
     port = ntohs(v6->sin6_port);
   }
   return buf;
@@ -56,10 +54,16 @@ class ConnectionStream final : public httplib::Stream {
   ConnectionStream(socket_t sock, time_t read_s, time_t read_us, time_t write_s, time_t write_us,
                    const ConnectionLimits& limits, const std::atomic<socket_t>& listener, std::string remote_ip,
                    int remote_port, std::string local_ip, int local_port)
-      : sock_(sock), read_timeout_(std::chrono::seconds(read_s) + std::chrono::microseconds(read_us)),
-        write_timeout_(std::chrono::seconds(write_s) + std::chrono::microseconds(write_us)), limits_(limits),
-        listener_(listener), remote_ip_(std::move(remote_ip)), remote_port_(remote_port),
-        local_ip_(std::move(local_ip)), local_port_(local_port), buf_(kBufSize) {}
+      : sock_(sock),
+        read_timeout_(std::chrono::seconds(read_s) + std::chrono::microseconds(read_us)),
+        write_timeout_(std::chrono::seconds(write_s) + std::chrono::microseconds(write_us)),
+        limits_(limits),
+        listener_(listener),
+        remote_ip_(std::move(remote_ip)),
+        remote_port_(remote_port),
+        local_ip_(std::move(local_ip)),
+        local_port_(local_port),
+        buf_(kBufSize) {}
 
   /// A request begins (its first bytes are readable): the header deadline starts.
   void start_request() {
@@ -84,7 +88,9 @@ class ConnectionStream final : public httplib::Stream {
   bool wait_writable() const override {
     pollfd p{sock_, POLLOUT, 0};
     int r;
-    do r = ::poll(&p, 1, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(write_timeout_).count()));
+    do
+      r = ::poll(&p, 1,
+                 static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(write_timeout_).count()));
     while (r < 0 && errno == EINTR);
     return r > 0 && !(p.revents & (POLLERR | POLLNVAL));
   }
@@ -243,7 +249,9 @@ std::string escape_for_log(const std::string& s) {
 
 ConnectionThreads::ConnectionThreads(size_t base_threads, size_t max_threads, size_t max_queued,
                                      std::chrono::seconds idle_exit)
-    : base_(std::max<size_t>(1, base_threads)), max_(std::max(max_threads, base_)), max_queued_(max_queued),
+    : base_(std::max<size_t>(1, base_threads)),
+      max_(std::max(max_threads, base_)),
+      max_queued_(max_queued),
       idle_exit_(idle_exit) {
   std::lock_guard<std::mutex> lk(mu_);
   for (size_t i = 0; i < base_; ++i) spawn();

@@ -29,8 +29,8 @@
 namespace k3::server {
 
 struct ConnectionLimits {
-  int max_connections = 512;             ///< open connections overall (more get 503)
-  int max_connections_per_client = 128;  ///< open connections per client IP (more get 429)
+  int max_connections = 512;                        ///< open connections overall (more get 503)
+  int max_connections_per_client = 128;             ///< open connections per client IP (more get 429)
   std::chrono::milliseconds header_timeout{10000};  ///< request line + headers, in all
   std::chrono::milliseconds body_timeout{60000};    ///< request body, in all
 };

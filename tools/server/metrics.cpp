@@ -16,7 +16,10 @@ std::string label_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
     if (c == '\\' || c == '"') o.push_back('\\');
-    if (c == '\n') { o += "\\n"; continue; }
+    if (c == '\n') {
+      o += "\\n";
+      continue;
+    }
     o.push_back(c);
   }
   return o;
@@ -51,7 +54,8 @@ void Histogram::render(std::string& out, const std::string& name) const {
 }
 
 Metrics::Metrics()
-    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+             80.0}),
       itl_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
       e2e_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0}) {}
 
@@ -63,9 +67,18 @@ void Metrics::count_finish(const std::string& reason) {
   std::lock_guard<std::mutex> lk(mu_);
   ++finishes_[reason];
 }
-void Metrics::observe_ttft(double s) { std::lock_guard<std::mutex> lk(mu_); ttft_.observe(s); }
-void Metrics::observe_itl(double s) { std::lock_guard<std::mutex> lk(mu_); itl_.observe(s); }
-void Metrics::observe_e2e(double s) { std::lock_guard<std::mutex> lk(mu_); e2e_.observe(s); }
+void Metrics::observe_ttft(double s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ttft_.observe(s);
+}
+void Metrics::observe_itl(double s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  itl_.observe(s);
+}
+void Metrics::observe_e2e(double s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  e2e_.observe(s);
+}
 
 std::string Metrics::render(const SchedulerStats& s, const std::string& model, const PrefixCacheStats* cache) const {
   const std::string lbl = "{model_name=\"" + label_escape(model) + "\"}";
@@ -93,7 +106,8 @@ std::string Metrics::render(const SchedulerStats& s, const std::string& model, c
         static_cast<double>(s.absorbed_errors_total));
   if (cache != nullptr) {  // vLLM's prefix_cache_queries / prefix_cache_hits count tokens
     const auto d = [](uint64_t v) { return static_cast<double>(v); };
-    gauge("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", d(cache->tokens_looked_up));
+    gauge("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+          d(cache->tokens_looked_up));
     gauge("prefix_cache_hits_total", "counter", "Prompt tokens served by the prefix cache (not recomputed).",
           d(cache->tokens_reused));
     gauge("prefix_cache_lookups_total", "counter", "Prefix cache lookups (one per request).", d(cache->lookups));
@@ -116,8 +130,8 @@ std::string Metrics::render(const SchedulerStats& s, const std::string& model, c
   std::lock_guard<std::mutex> lk(mu_);
   header(out, "k3:requests_total", "counter", "HTTP requests by endpoint and status.");
   for (const auto& [k, v] : requests_)
-    out += "k3:requests_total{endpoint=\"" + label_escape(k.first) + "\",status=\"" + std::to_string(k.second) + "\"} " +
-           std::to_string(v) + "\n";
+    out += "k3:requests_total{endpoint=\"" + label_escape(k.first) + "\",status=\"" + std::to_string(k.second) +
+           "\"} " + std::to_string(v) + "\n";
   header(out, "k3:request_success_total", "counter", "Finished generations by finish reason.");
   for (const auto& [k, v] : finishes_)
     out += "k3:request_success_total{model_name=\"" + label_escape(model) + "\",finished_reason=\"" + label_escape(k) +

@@ -33,7 +33,8 @@ std::optional<double> get_number(const OJ& body, const char* key, double lo, dou
     return std::string(b);
   };
   const std::string range = std::string(lo_open ? "(" : "[") + g(lo) + ", " + g(hi) + "]";
-  if (!v->is_number()) throw bad_request(key, std::string(key) + ": expected a number in " + range + ", found " + shown(*v));
+  if (!v->is_number())
+    throw bad_request(key, std::string(key) + ": expected a number in " + range + ", found " + shown(*v));
   const double d = v->get<double>();
   if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo))
     throw bad_request(key, std::string(key) + ": expected a number in " + range + ", found " + shown(*v));
@@ -43,8 +44,10 @@ std::optional<double> get_number(const OJ& body, const char* key, double lo, dou
 std::optional<int64_t> get_int(const OJ& body, const char* key, int64_t lo, int64_t hi, const std::string& what = {}) {
   const OJ* v = field(body, key);
   if (!v) return std::nullopt;
-  const std::string expect = what.empty() ? "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" : what;
-  if (!v->is_number_integer()) throw bad_request(key, std::string(key) + ": expected " + expect + ", found " + shown(*v));
+  const std::string expect =
+      what.empty() ? "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" : what;
+  if (!v->is_number_integer())
+    throw bad_request(key, std::string(key) + ": expected " + expect + ", found " + shown(*v));
   if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
     throw bad_request(key, std::string(key) + ": expected " + expect + ", found " + shown(*v));
   const int64_t i = v->get<int64_t>();
@@ -68,7 +71,8 @@ std::vector<std::string> get_stop(const OJ& body) {
     return out;
   }
   if (!v->is_array()) throw bad_request("stop", "stop: expected a string or a list of strings, found " + shown(*v));
-  if (v->size() > 16) throw bad_request("stop", "stop: at most 16 stop strings are supported, found " + std::to_string(v->size()));
+  if (v->size() > 16)
+    throw bad_request("stop", "stop: at most 16 stop strings are supported, found " + std::to_string(v->size()));
   for (std::size_t i = 0; i < v->size(); ++i) {
     const OJ& s = (*v)[i];
     if (!s.is_string())
@@ -93,10 +97,12 @@ GenerationFields parse_generation(const OJ& body, const RequestDefaults& d) {
   g.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
   g.speculative = get_bool(body, "speculative").value_or(true);
   if (const OJ* so = field(body, "stream_options")) {
-    if (!so->is_object()) throw bad_request("stream_options", "stream_options: expected an object, found " + shown(*so));
+    if (!so->is_object())
+      throw bad_request("stream_options", "stream_options: expected an object, found " + shown(*so));
     if (auto it = so->find("include_usage"); it != so->end() && !it->is_null()) {
       if (!it->is_boolean())
-        throw bad_request("stream_options.include_usage", "stream_options.include_usage: expected true or false, found " + shown(*it));
+        throw bad_request("stream_options.include_usage",
+                          "stream_options.include_usage: expected true or false, found " + shown(*it));
       g.include_usage = it->get<bool>();
     }
   }
@@ -110,9 +116,11 @@ GenerationFields parse_generation(const OJ& body, const RequestDefaults& d) {
   s = d.sampling;
   if (auto v = get_number(body, "temperature", 0, 2)) s.temp = static_cast<float>(*v);
   if (auto v = get_number(body, "top_p", 0, 1, /*lo_open=*/true)) s.top_p = static_cast<float>(*v);
-  if (auto v = get_int(body, "top_k", -1, INT32_MAX, "an integer >= -1 (-1 or 0: off)")) s.top_k = *v < 0 ? 0 : static_cast<int32_t>(*v);
+  if (auto v = get_int(body, "top_k", -1, INT32_MAX, "an integer >= -1 (-1 or 0: off)"))
+    s.top_k = *v < 0 ? 0 : static_cast<int32_t>(*v);
   if (auto v = get_number(body, "min_p", 0, 1)) s.min_p = static_cast<float>(*v);
-  if (auto v = get_number(body, "repetition_penalty", 0, 10, /*lo_open=*/true)) s.repeat_penalty = static_cast<float>(*v);
+  if (auto v = get_number(body, "repetition_penalty", 0, 10, /*lo_open=*/true))
+    s.repeat_penalty = static_cast<float>(*v);
   const auto fp = get_number(body, "frequency_penalty", -2, 2);
   const auto pp = get_number(body, "presence_penalty", -2, 2);
   if (fp) s.frequency_penalty = static_cast<float>(*fp);
@@ -129,11 +137,14 @@ GenerationFields parse_generation(const OJ& body, const RequestDefaults& d) {
 
   if (const OJ* f = field(body, "k3_forced_output")) {
     if (!d.allow_forced_output)
-      throw bad_request("k3_forced_output", "k3_forced_output: only accepted when the server runs with --test-forced-output");
+      throw bad_request("k3_forced_output",
+                        "k3_forced_output: only accepted when the server runs with --test-forced-output");
     bool ok = f->is_string() || (f->is_array() && !f->empty());
     if (f->is_array())
       for (const auto& x : *f) ok = ok && x.is_number_integer();
-    if (!ok) throw bad_request("k3_forced_output", "k3_forced_output: expected a string or a non-empty list of token ids, found " + shown(*f));
+    if (!ok)
+      throw bad_request("k3_forced_output",
+                        "k3_forced_output: expected a string or a non-empty list of token ids, found " + shown(*f));
     g.forced_output = *f;
   }
   return g;
@@ -171,14 +182,16 @@ void check_tool_call_arguments(const OJ& tool_calls, const std::string& w) {
     const JsonDepthScan scan = scan_json_depth(a->get_ref<const std::string&>(), kMaxJsonDepth);
     if (scan.exceeded)
       throw bad_request("messages", w + ".tool_calls[" + std::to_string(k) + "]" + (nested ? ".function" : "") +
-                                        ".arguments: JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+                                        ".arguments: JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                        " levels");
   }
 }
 
 OJ check_messages(const OJ& body) {
   const OJ* m = field(body, "messages");
   if (!m) throw bad_request("messages", "messages: required (a non-empty list of messages)");
-  if (!m->is_array() || m->empty()) throw bad_request("messages", "messages: expected a non-empty list, found " + shown(*m));
+  if (!m->is_array() || m->empty())
+    throw bad_request("messages", "messages: expected a non-empty list, found " + shown(*m));
   OJ out = OJ::array();
   for (std::size_t i = 0; i < m->size(); ++i) {
     const std::string w = "messages[" + std::to_string(i) + "]";
@@ -189,7 +202,8 @@ OJ check_messages(const OJ& body) {
     std::string role = msg["role"];
     if (role == "developer") msg["role"] = role = "system";
     if (role != "system" && role != "user" && role != "assistant" && role != "tool")
-      throw bad_request("messages", w + ".role: unknown role \"" + role + "\" (expected system, developer, user, assistant or tool)");
+      throw bad_request(
+          "messages", w + ".role: unknown role \"" + role + "\" (expected system, developer, user, assistant or tool)");
     auto c = msg.find("content");
     if (c == msg.end() || c->is_null()) {
       if (role != "assistant") throw bad_request("messages", w + ".content: required for a " + role + " message");
@@ -216,15 +230,19 @@ OJ parse_body(const std::string& body) {
   // Deeply nested values would make the recursive parts of nlohmann::json (copy, dump) and of
   // the chat renderer overflow the stack: refuse them before parsing.
   if (!json_depth_within(body, kMaxJsonDepth))
-    throw ApiError(400, "JSON decode error: values nested deeper than " + std::to_string(kMaxJsonDepth) +
-                            " levels are not accepted", "body");
+    throw ApiError(
+        400,
+        "JSON decode error: values nested deeper than " + std::to_string(kMaxJsonDepth) + " levels are not accepted",
+        "body");
   OJ j;
   try {
     j = OJ::parse(body);
   } catch (const OJ::exception& e) {  // parse_error, and out_of_range for a number beyond a double (1e999)
     throw ApiError(400, std::string("JSON decode error: ") + e.what(), "body");
   }
-  if (!j.is_object()) throw ApiError(400, "JSON decode error: the body must be a JSON object, found " + std::string(j.type_name()), "body");
+  if (!j.is_object())
+    throw ApiError(400, "JSON decode error: the body must be a JSON object, found " + std::string(j.type_name()),
+                   "body");
   return j;
 }
 
@@ -250,16 +268,20 @@ ChatRequest parse_chat_request(const OJ& body, const RequestDefaults& d) {
     if (tc->is_string()) {
       const std::string c = *tc;
       if (c != "auto" && c != "none" && c != "required")
-        throw bad_request("tool_choice", "tool_choice: expected \"auto\", \"none\", \"required\" or a named function, found " + shown(*tc));
+        throw bad_request(
+            "tool_choice",
+            "tool_choice: expected \"auto\", \"none\", \"required\" or a named function, found " + shown(*tc));
       if (c == "required" && !r.tools_given)
         throw bad_request("tool_choice", "tool_choice: \"required\" needs a non-empty \"tools\" list");
       if (c != "auto") choice = c;
     } else if (tc->is_object()) {
       const auto fn = tc->find("function");
       const auto ty = tc->find("type");
-      if (ty == tc->end() || *ty != "function" || fn == tc->end() || !fn->is_object() ||
-          !fn->contains("name") || !(*fn)["name"].is_string())
-        throw bad_request("tool_choice", "tool_choice: expected {\"type\": \"function\", \"function\": {\"name\": ...}}, found " + shown(*tc));
+      if (ty == tc->end() || *ty != "function" || fn == tc->end() || !fn->is_object() || !fn->contains("name") ||
+          !(*fn)["name"].is_string())
+        throw bad_request(
+            "tool_choice",
+            "tool_choice: expected {\"type\": \"function\", \"function\": {\"name\": ...}}, found " + shown(*tc));
       const std::string name = (*fn)["name"];
       OJ only = OJ::array();
       if (r.tools_given)
@@ -278,13 +300,16 @@ ChatRequest parse_chat_request(const OJ& body, const RequestDefaults& d) {
 
   if (const OJ* e = field(body, "reasoning_effort")) {
     if (!e->is_string() || (*e != "low" && *e != "high" && *e != "max"))
-      throw bad_request("reasoning_effort", "reasoning_effort: expected \"low\", \"high\" or \"max\" (K3's efforts), found " + shown(*e));
+      throw bad_request("reasoning_effort",
+                        "reasoning_effort: expected \"low\", \"high\" or \"max\" (K3's efforts), found " + shown(*e));
     r.chat.thinking_effort = e->get<std::string>();
   }
   if (const OJ* rf = field(body, "response_format")) {
     // The K3 template knows json_object (a system note) and text (nothing); no json_schema.
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-      throw bad_request("response_format", "response_format: expected {\"type\": \"json_object\"} or {\"type\": \"text\"}, found " + shown(*rf));
+      throw bad_request(
+          "response_format",
+          "response_format: expected {\"type\": \"json_object\"} or {\"type\": \"text\"}, found " + shown(*rf));
     const std::string type = (*rf)["type"];
     if (type != "json_object" && type != "text")
       throw bad_request("response_format", "response_format.type: \"" + type +
@@ -292,17 +317,21 @@ ChatRequest parse_chat_request(const OJ& body, const RequestDefaults& d) {
     r.chat.response_format = OJ{{"type", type}};
   }
   if (const OJ* kw = field(body, "chat_template_kwargs")) {
-    if (!kw->is_object()) throw bad_request("chat_template_kwargs", "chat_template_kwargs: expected an object, found " + shown(*kw));
+    if (!kw->is_object())
+      throw bad_request("chat_template_kwargs", "chat_template_kwargs: expected an object, found " + shown(*kw));
     for (const char* k : {"thinking", "enable_thinking"}) {
       auto it = kw->find(k);
       if (it == kw->end() || it->is_null()) continue;
       if (!it->is_boolean())
-        throw bad_request("chat_template_kwargs", std::string("chat_template_kwargs.") + k + ": expected true or false, found " + shown(*it));
+        throw bad_request("chat_template_kwargs",
+                          std::string("chat_template_kwargs.") + k + ": expected true or false, found " + shown(*it));
       r.chat.thinking = it->get<bool>();
     }
     if (auto it = kw->find("thinking_effort"); it != kw->end() && !it->is_null() && !field(body, "reasoning_effort")) {
       if (!it->is_string() || (*it != "low" && *it != "high" && *it != "max"))
-        throw bad_request("chat_template_kwargs", "chat_template_kwargs.thinking_effort: expected \"low\", \"high\" or \"max\", found " + shown(*it));
+        throw bad_request(
+            "chat_template_kwargs",
+            "chat_template_kwargs.thinking_effort: expected \"low\", \"high\" or \"max\", found " + shown(*it));
       r.chat.thinking_effort = it->get<std::string>();
     }
   }
@@ -325,8 +354,9 @@ CompletionRequest parse_completion_request(const OJ& body, const RequestDefaults
     for (std::size_t i = 0; i < one->size(); ++i) {
       const OJ& x = (*one)[i];
       if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
-        throw bad_request("prompt", "prompt[" + std::to_string(i) + "]: expected a token id (integer >= 0), found " + shown(x) +
-                                        (x.is_string() ? " (batched prompts are not supported: send one prompt per request)" : ""));
+        throw bad_request(
+            "prompt", "prompt[" + std::to_string(i) + "]: expected a token id (integer >= 0), found " + shown(x) +
+                          (x.is_string() ? " (batched prompts are not supported: send one prompt per request)" : ""));
       r.prompt_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
     }
   } else {

@@ -26,9 +26,9 @@ struct RequestDefaults {
 
 /// Fields common to both endpoints.
 struct GenerationFields {
-  std::string model;                  ///< "" when absent
-  std::string user;                   ///< OpenAI "user" ("" when absent): the prefix-cache partition
-                                      ///< with --cache-partition user
+  std::string model;  ///< "" when absent
+  std::string user;   ///< OpenAI "user" ("" when absent): the prefix-cache partition
+                      ///< with --cache-partition user
   bool stream = false;
   bool include_usage = false;         ///< stream_options.include_usage
   bool ignore_eos = false;            ///< "ignore_eos" (vLLM / llama-server extension, for benchmarks):

@@ -26,7 +26,8 @@ Json error_body(const ApiError& e) {
 }
 
 Json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t reasoning_tokens) {
-  Json u{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
+  Json u{{"prompt_tokens", prompt_tokens},
+         {"completion_tokens", completion_tokens},
          {"total_tokens", prompt_tokens + completion_tokens}};
   if (reasoning_tokens >= 0) u["completion_tokens_details"] = {{"reasoning_tokens", reasoning_tokens}};
   return u;
@@ -83,10 +84,11 @@ Json chat_delta(const StreamDelta& d, bool with_role) {
     Json tc = Json::array();
     for (const auto& t : d.tool_calls) {
       if (t.first)
-        tc.push_back({{"index", t.index}, {"id", t.id}, {"type", "function"},
+        tc.push_back({{"index", t.index},
+                      {"id", t.id},
+                      {"type", "function"},
                       {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
-      else
-        tc.push_back({{"index", t.index}, {"function", {{"arguments", t.arguments}}}});
+      else tc.push_back({{"index", t.index}, {"function", {{"arguments", t.arguments}}}});
     }
     j["tool_calls"] = tc;
   }
@@ -96,42 +98,53 @@ Json chat_delta(const StreamDelta& d, bool with_role) {
 ResponseMeta ResponseMeta::make(const std::string& prefix, const std::string& model) {
   ResponseMeta m;
   m.id = prefix + new_tool_call_id().substr(5);
-  m.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  m.created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   m.model = model;
   return m;
 }
 
 Json chat_completion(const ResponseMeta& m, Json message, const std::string& finish_reason, Json logprobs, Json usage) {
-  Json choice{{"index", 0}, {"message", std::move(message)}, {"logprobs", std::move(logprobs)},
+  Json choice{{"index", 0},
+              {"message", std::move(message)},
+              {"logprobs", std::move(logprobs)},
               {"finish_reason", finish_reason}};
-  return Json{{"id", m.id}, {"object", "chat.completion"}, {"created", m.created}, {"model", m.model},
-              {"choices", Json::array({choice})}, {"usage", std::move(usage)}};
+  return Json{{"id", m.id},       {"object", "chat.completion"},      {"created", m.created},
+              {"model", m.model}, {"choices", Json::array({choice})}, {"usage", std::move(usage)}};
 }
 
 Json chat_chunk(const ResponseMeta& m, Json delta, const std::string& finish_reason, Json logprobs) {
-  Json choice{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
+  Json choice{{"index", 0},
+              {"delta", std::move(delta)},
+              {"logprobs", std::move(logprobs)},
               {"finish_reason", finish_reason.empty() ? Json() : Json(finish_reason)}};
-  return Json{{"id", m.id}, {"object", "chat.completion.chunk"}, {"created", m.created}, {"model", m.model},
+  return Json{{"id", m.id},
+              {"object", "chat.completion.chunk"},
+              {"created", m.created},
+              {"model", m.model},
               {"choices", Json::array({choice})}};
 }
 
 Json usage_chunk(const ResponseMeta& m, const char* object, Json usage) {
-  return Json{{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model},
-              {"choices", Json::array()}, {"usage", std::move(usage)}};
+  return Json{{"id", m.id},       {"object", object},         {"created", m.created},
+              {"model", m.model}, {"choices", Json::array()}, {"usage", std::move(usage)}};
 }
 
 Json text_completion(const ResponseMeta& m, const std::string& text, const std::string& finish_reason, Json logprobs,
                      Json usage) {
-  Json choice{{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)},
+  Json choice{{"index", 0},
+              {"text", text},
+              {"logprobs", std::move(logprobs)},
               {"finish_reason", finish_reason.empty() ? Json() : Json(finish_reason)}};
-  Json j{{"id", m.id}, {"object", "text_completion"}, {"created", m.created}, {"model", m.model},
+  Json j{{"id", m.id},
+         {"object", "text_completion"},
+         {"created", m.created},
+         {"model", m.model},
          {"choices", Json::array({choice})}};
   if (!usage.is_null()) j["usage"] = std::move(usage);
   return j;
 }
 
-std::string sse(const Json& j) {
-  return "data: " + j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
-}
+std::string sse(const Json& j) { return "data: " + j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n"; }
 
 }  // namespace k3::server

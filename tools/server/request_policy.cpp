@@ -151,11 +151,12 @@ KeyDigest key_digest(const std::string& key) {
 
 std::vector<std::string> read_key_file(const std::string& flag, const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw Error(flag + ": cannot read '" + path + "': " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw Error(flag + ": '" + path + "' is a directory (expected a file with one key per line)");
+  if (::stat(path.c_str(), &st) != 0) throw Error(flag + ": cannot read '" + path + "': " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    throw Error(flag + ": '" + path + "' is a directory (expected a file with one key per line)");
   if (st.st_mode & S_IWOTH)
-    throw Error(flag + ": '" + path + "' is writable by other users (anyone could add a key): chmod o-w,go-r '" + path + "'");
+    throw Error(flag + ": '" + path + "' is writable by other users (anyone could add a key): chmod o-w,go-r '" + path +
+                "'");
   std::ifstream f(path);
   if (!f) throw Error(flag + ": cannot read '" + path + "': " + std::strerror(errno));
   std::vector<std::string> keys;
@@ -167,7 +168,8 @@ std::vector<std::string> read_key_file(const std::string& flag, const std::strin
   }
   if (f.bad()) throw Error(flag + ": cannot read '" + path + "': read error");
   if (keys.empty())
-    throw Error(flag + ": '" + path + "' holds no key (expected one key per line; blank lines and # comments are skipped)");
+    throw Error(flag + ": '" + path +
+                "' holds no key (expected one key per line; blank lines and # comments are skipped)");
   if (st.st_mode & S_IROTH)
     std::fprintf(stderr, "k3 serve: warning: %s '%s' is readable by other users (chmod go-r it)\n", flag.c_str(),
                  path.c_str());
@@ -231,7 +233,8 @@ PolicyResult check_request_policy(const PolicyConfig& cfg, const RequestHead& re
     if (!host_allowed(cfg, *name)) {
       r.error = forbidden("Host '" + *req.host +
                           "' is not allowed (DNS-rebinding protection): use the server's address, localhost, "
-                          "or start k3 serve with --allowed-host " + *name);
+                          "or start k3 serve with --allowed-host " +
+                          *name);
       return r;
     }
   }
@@ -296,10 +299,10 @@ PolicyResult check_request_policy(const PolicyConfig& cfg, const RequestHead& re
       p = next;
     }
     if (!ok)
-      r.error = ApiError(415,
-                         "Content-Type: expected application/json (optionally with charset=utf-8), found '" +
-                             *req.content_type + "'",
-                         "Content-Type", "UnsupportedMediaTypeError");
+      r.error = ApiError(
+          415,
+          "Content-Type: expected application/json (optionally with charset=utf-8), found '" + *req.content_type + "'",
+          "Content-Type", "UnsupportedMediaTypeError");
   }
   return r;
 }

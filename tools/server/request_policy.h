@@ -51,9 +51,9 @@ const char* cache_partition_name(CachePartition p);
 using KeyDigest = std::array<unsigned char, 32>;  ///< SHA-256 of a key
 
 struct PolicyConfig {
-  std::vector<KeyDigest> api_keys;      ///< empty: no key needed
-  std::vector<KeyDigest> metrics_keys;  ///< non-empty: /metrics needs one of these (and only these)
-  std::string bound_host;               ///< --host (accepted in Host)
+  std::vector<KeyDigest> api_keys;         ///< empty: no key needed
+  std::vector<KeyDigest> metrics_keys;     ///< non-empty: /metrics needs one of these (and only these)
+  std::string bound_host;                  ///< --host (accepted in Host)
   std::vector<std::string> allowed_hosts;  ///< --allowed-host names, lower case; "*" = any Host
   std::vector<std::string> cors_origins;   ///< --cors-origin values, normalized; "*" = any Origin
   CachePartition partition = CachePartition::None;
@@ -92,10 +92,14 @@ RequestHead request_head(const Req& r) {
     if (!r.has_header(name)) return std::nullopt;
     return r.get_header_value(name);
   };
-  return RequestHead{r.method,        r.path,
-                     get("Host"),     get("Origin"),
-                     get("Authorization"), get("Content-Type"),
-                     get("Access-Control-Request-Method"), get("Access-Control-Request-Headers")};
+  return RequestHead{r.method,
+                     r.path,
+                     get("Host"),
+                     get("Origin"),
+                     get("Authorization"),
+                     get("Content-Type"),
+                     get("Access-Control-Request-Method"),
+                     get("Access-Control-Request-Headers")};
 }
 
 struct PolicyResult {

@@ -72,9 +72,9 @@ struct ServeContext {
   RequestDefaults defaults;
   Metrics* metrics = nullptr;
   HandleRegistry* handles = nullptr;
-  PrefixCache* cache = nullptr;   ///< the scheduler's prefix cache, or null (off)
-  std::string slot_save_path;     ///< --slot-save-path: where /slots/{id}?action=save|restore files live ("" = off)
-  std::string fingerprint;        ///< model_fingerprint(), written into saved slot files
+  PrefixCache* cache = nullptr;  ///< the scheduler's prefix cache, or null (off)
+  std::string slot_save_path;    ///< --slot-save-path: where /slots/{id}?action=save|restore files live ("" = off)
+  std::string fingerprint;       ///< model_fingerprint(), written into saved slot files
   const PolicyConfig* policy = nullptr;  ///< keys and --cache-partition (null: no partitions)
   /// --max-tokenize-tokens: ids one /tokenize request may produce (more: 413); the server's
   /// /tokenize requests together reserve at most twice this (more: 429).

@@ -21,8 +21,10 @@ std::string checked_filename(const Json& body) {
   bool ok = !f.empty() && f.size() <= 200 && f[0] != '.';
   for (char c : f) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
   if (!ok)
-    throw bad_request("filename", "filename: expected a plain file name of letters, digits, '.', '_' or '-' "
-                                  "(no directories, not starting with '.'), found \"" + f + "\"");
+    throw bad_request("filename",
+                      "filename: expected a plain file name of letters, digits, '.', '_' or '-' "
+                      "(no directories, not starting with '.'), found \"" +
+                          f + "\"");
   return f;
 }
 
@@ -32,13 +34,15 @@ void handle_slots_list(const ServeContext& ctx, const httplib::Request&, httplib
   Json arr = Json::array();
   const auto slots = ctx.scheduler->slot_summary();
   for (size_t i = 0; i < slots.size(); ++i)
-    arr.push_back({{"id", i}, {"is_processing", slots[i].first}, {"n_ctx", ctx.n_ctx}, {"n_kept_tokens", slots[i].second}});
+    arr.push_back(
+        {{"id", i}, {"is_processing", slots[i].first}, {"n_ctx", ctx.n_ctx}, {"n_kept_tokens", slots[i].second}});
   send_json(res, arr);
 }
 
 void handle_slot_action(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res) {
   if (ctx.slot_save_path.empty())
-    throw ApiError(501, "slot save/restore is off: start the server with --slot-save-path DIR", "", "NotImplementedError");
+    throw ApiError(501, "slot save/restore is off: start the server with --slot-save-path DIR", "",
+                   "NotImplementedError");
   int64_t id = -1;
   try {
     id = std::stoll(req.matches[1].str());
@@ -61,14 +65,20 @@ void handle_slot_action(const ServeContext& ctx, const httplib::Request& req, ht
     const std::filesystem::path file = std::filesystem::path(ctx.slot_save_path) / name;
     if (action == "save") {
       const auto r = ctx.scheduler->save_slot(id, file, ctx.fingerprint);
-      send_json(res, Json{{"id_slot", id}, {"filename", name}, {"n_saved", r.n_tokens}, {"n_written", r.bytes},
+      send_json(res, Json{{"id_slot", id},
+                          {"filename", name},
+                          {"n_saved", r.n_tokens},
+                          {"n_written", r.bytes},
                           {"timings", {{"save_ms", r.ms}}}});
     } else {
       std::error_code ec;
       if (!std::filesystem::exists(file, ec))
         throw ApiError(404, "no saved slot file \"" + name + "\" in --slot-save-path", "filename");
       const auto r = ctx.scheduler->restore_slot(id, file, ctx.fingerprint);
-      send_json(res, Json{{"id_slot", id}, {"filename", name}, {"n_restored", r.n_tokens}, {"n_read", r.bytes},
+      send_json(res, Json{{"id_slot", id},
+                          {"filename", name},
+                          {"n_restored", r.n_tokens},
+                          {"n_read", r.bytes},
                           {"timings", {{"restore_ms", r.ms}}}});
     }
   } catch (const k3::Error& e) {  // a foreign / corrupt file, an empty or busy slot

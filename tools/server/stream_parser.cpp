@@ -62,7 +62,9 @@ std::string new_tool_call_id() {
 }
 
 K3StreamParser::K3StreamParser(const Tokenizer& tok, bool prompt_opened_think)
-    : tok_(&tok), reasoning_dec_(tok), content_dec_(tok),
+    : tok_(&tok),
+      reasoning_dec_(tok),
+      content_dec_(tok),
       ch_(prompt_opened_think ? Channel::Reasoning : Channel::Content) {}
 
 void K3StreamParser::add_args(StreamDelta& d, const std::string& frag) {
@@ -166,7 +168,10 @@ StreamDelta K3StreamParser::push(int32_t id) {
   }
   if (tok_->is_special(id)) return d;  // stray markers and other specials carry no text
   switch (ch_) {
-    case Channel::Reasoning: d.reasoning = reasoning_dec_.push(id); ++n_reasoning_; break;
+    case Channel::Reasoning:
+      d.reasoning = reasoning_dec_.push(id);
+      ++n_reasoning_;
+      break;
     case Channel::Content: d.content = content_dec_.push(id); break;
     case Channel::Argument: arg_value_.append(bytes); break;
     case Channel::Json: json_raw_.append(bytes); break;

@@ -39,9 +39,11 @@ class TokenizeReservation {
   TokenizeReservation(const ServeContext& ctx, int64_t n) : budget_(ctx.tokenize_budget.get()), n_(n) {
     const int64_t cap = 2 * ctx.max_tokenize_tokens;
     if (!budget_->try_take(n_, cap))
-      throw ApiError(429, "the server is tokenizing other large texts (" + std::to_string(budget_->used()) +
-                              " of its " + std::to_string(cap) + " tokens of /tokenize work, twice " +
-                              "--max-tokenize-tokens, are reserved); retry later", "", "RateLimitError");
+      throw ApiError(429,
+                     "the server is tokenizing other large texts (" + std::to_string(budget_->used()) + " of its " +
+                         std::to_string(cap) + " tokens of /tokenize work, twice " +
+                         "--max-tokenize-tokens, are reserved); retry later",
+                     "", "RateLimitError");
   }
   ~TokenizeReservation() { budget_->give(n_); }
   TokenizeReservation(const TokenizeReservation&) = delete;
@@ -54,8 +56,10 @@ class TokenizeReservation {
 
 /// 413 for a text over --max-tokenize-tokens; `found` says how many ids it holds.
 ApiError too_many_tokens(const ServeContext& ctx, const std::string& param, const std::string& found) {
-  return ApiError(413, param + ": " + found + " tokens, more than one /tokenize request may produce (--max-tokenize-tokens " +
-                           std::to_string(ctx.max_tokenize_tokens) + "); split the text",
+  return ApiError(413,
+                  param + ": " + found +
+                      " tokens, more than one /tokenize request may produce (--max-tokenize-tokens " +
+                      std::to_string(ctx.max_tokenize_tokens) + "); split the text",
                   param);
 }
 
@@ -79,9 +83,10 @@ void handle_tokenize(const ServeContext& ctx, const httplib::Request& req, httpl
       throw too_many_tokens(ctx, "messages", "the rendered chat holds " + std::to_string(ids.size()));
   } else if (body.contains("prompt")) {
     if (!body["prompt"].is_string()) throw bad_request("prompt", "prompt: expected a string");
-    std::optional<std::vector<int32_t>> got =
-        ctx.tok->encode_at_most(body["prompt"].get_ref<const std::string&>(), static_cast<size_t>(ctx.max_tokenize_tokens));
-    if (!got) throw too_many_tokens(ctx, "prompt", "the text holds more than " + std::to_string(ctx.max_tokenize_tokens));
+    std::optional<std::vector<int32_t>> got = ctx.tok->encode_at_most(body["prompt"].get_ref<const std::string&>(),
+                                                                      static_cast<size_t>(ctx.max_tokenize_tokens));
+    if (!got)
+      throw too_many_tokens(ctx, "prompt", "the text holds more than " + std::to_string(ctx.max_tokenize_tokens));
     ids = std::move(*got);
   } else {
     throw bad_request("prompt", "expected \"prompt\" (a string) or \"messages\" (a list)");
@@ -90,7 +95,8 @@ void handle_tokenize(const ServeContext& ctx, const httplib::Request& req, httpl
   // {"count", "max_model_len", "tokens", "token_strs": null} dumped by nlohmann::ordered_json.
   std::string out;
   out.reserve(64 + ids.size() * 7);
-  out += "{\"count\":" + std::to_string(ids.size()) + ",\"max_model_len\":" + std::to_string(ctx.n_ctx) + ",\"tokens\":[";
+  out +=
+      "{\"count\":" + std::to_string(ids.size()) + ",\"max_model_len\":" + std::to_string(ctx.n_ctx) + ",\"tokens\":[";
   char buf[16];
   for (size_t i = 0; i < ids.size(); ++i) {
     const int n = std::snprintf(buf, sizeof buf, i ? ",%d" : "%d", static_cast<int>(ids[i]));

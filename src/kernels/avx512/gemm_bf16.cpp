@@ -119,7 +119,7 @@ void gemm_fma(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t
                float* y, int64_t ldy, int64_t r0, int64_t r1) {
   // Every output is summed in K blocks of 1024 (one horizontal sum per block, blocks added in
   // order), whatever T: a token's outputs are then the same bits alone (decode, T == 1) as in a
-  // batch of any size (continuous batching; tests/kernels/batch_invariance_test.cpp). T == 1
+  // batch of any size (continuous batching; tests/kernels/test_batch_invariance.cpp). T == 1
   // walks each group of rows through all its K blocks before the next group: rows stream in order.
   if (t == 1) {
     for (int64_t r = r0; r < r1; r += kGemvR) {

@@ -7,7 +7,7 @@
 // is output (t, r), and vdpbf16ps adds w[2p+1]·x[2p+1] then w[2p]·x[2p] to it (each product
 // exact in fp32, each add rounded: the pair-chain order of kernel_table.h, probed on the CPU).
 // A later K block starts from the stored Y, so every output is one chain over all of K, whatever
-// the token count, the row range or the tiling (batch invariance; tests/kernels/gemm_dp_test.cpp).
+// the token count, the row range or the tiling (batch invariance; tests/kernels/test_gemm_dp.cpp).
 // Register block: 2 zmm of rows x up to 12 tokens (24 accumulators, 2 weight loads and 12 pair
 // broadcasts per 24 vdpbf16ps). The K block (256) keeps the packed panel (16 KiB) and 12
 // tokens' X (6 KiB) in L1; the token tile (144) keeps the X tile in L2.

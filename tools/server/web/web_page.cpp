@@ -11,7 +11,8 @@ namespace {
 std::string exact_path_pattern(std::string_view path) {
   std::string p;
   for (char c : path) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' || c == '_';
+    const bool plain =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' || c == '_';
     if (!plain) p += '\\';
     p += c;
   }

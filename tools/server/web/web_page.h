@@ -1,4 +1,4 @@
-// GET routes of the chat page (issue 16): the embedded files of web_assets.h with their
+// GET routes of the chat page: the embedded files of web_assets.h with their
 // Content-Type and a Content-Security-Policy that lets the page talk to this server only.
 #pragma once
 #include <string>

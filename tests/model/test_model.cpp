@@ -26,7 +26,7 @@ struct Tiny {
   explicit Tiny(const std::string& variant = "k3", int seed = 1) {
     ck = k3::Checkpoint::open(k3test::tiny_checkpoint(variant, seed));
     // The k3::ref oracle path, whose prefill/decode/fork semantics these tests pin at 1e-6; the
-    // default (Fast) path has the same checks at its own tolerance in fast_path_test.cpp.
+    // default (Fast) path has the same checks at its own tolerance in test_fast_path.cpp.
     k3::ModelOptions o;
     o.exec.kernels = k3::ModelKernels::Reference;
     model = std::make_unique<k3::Model>(*ck, o);
