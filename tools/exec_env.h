@@ -23,7 +23,7 @@ inline std::string env_value(const char* name) {
 /// becomes the process default (set_default_exec_config: ModelOptions{} takes it, and kernels run
 /// outside a model, e.g. `k3 bench`'s read probe, follow it too). Errors: k3::Error naming the
 /// variable or flag, the value found and the valid values (an unknown or unsupported ISA, mode,
-/// path or kernel path; K3_BF16_DOT, which was folded into K3_NUMERICS=bf16).
+/// path or kernel path; K3_BF16_DOT set, naming K3_NUMERICS=bf16 in its place).
 inline k3::ExecConfig exec_config(std::string_view numerics_flag, k3::Numerics fallback, int threads) {
   if (const std::string v = env_value("K3_BF16_DOT"); !v.empty())
     throw k3::Error("K3_BF16_DOT=" + v +

@@ -44,7 +44,7 @@ void put_u64(char* buf, size_t& n, size_t cap, uint64_t v) {
   while (k > 0 && n + 1 < cap) buf[n++] = d[--k];
 }
 
-// SIGBUS on a mapped file: its pages past the current end no longer exist (the file was truncated
+// SIGBUS on a mapped file: its pages past the current end do not exist (the file was truncated
 // after it was mapped) or its storage failed. The faulting thread may be inside a compute kernel
 // of a parallel region, so the process cannot recover safely: the handler names the file and
 // returns with the previous action restored (the default, or a sanitizer's or the embedding

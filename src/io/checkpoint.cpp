@@ -162,7 +162,7 @@ class CheckpointImpl final : public Checkpoint {
     files_.push_back(std::move(f));
   }
 
-  // After every file is loaded (tensors_ no longer reallocates, so views into names are stable).
+  // After every file is loaded (tensors_ does not reallocate from here on, so views into names are stable).
   void index_names() {
     by_name_.reserve(tensors_.size());
     for (size_t i = 0; i < tensors_.size(); ++i) {

@@ -1,4 +1,4 @@
-// Drive read probe (issue 13): what the drive delivers for the expert streaming's access pattern —
+// Drive read probe: what the drive delivers for the expert streaming's access pattern —
 // records of one expert's size (17.55 MB on K3), read with O_DIRECT into aligned buffers,
 // sequentially or at random aligned offsets, with several reads in flight. The figure
 // bench/expert_stream and `k3 info --plan --probe` compare streaming with.

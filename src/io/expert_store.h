@@ -1,4 +1,4 @@
-// ExpertStore: routed experts read from the checkpoint's shards on demand (issue 13) instead of
+// ExpertStore: routed experts read from the checkpoint's shards on demand instead of
 // through the mmap, so a checkpoint larger than RAM decodes at the speed of the drive.
 //
 // Layout (spec format: K3's shards hold tensors in lexicographic order, so the six tensors of one

@@ -36,22 +36,34 @@ uint64_t trunk_matrix_bytes(uint64_t bf16_bytes, TrunkType t) {
   return bf16_bytes;
 }
 
+namespace {
+
+/// Adds one tensor of `dtype` and `nbytes` to `w`; `embedding`: the tensor is the embedding table.
+void add_tensor_bytes(WeightBytes& w, DType dtype, bool embedding, uint64_t nbytes) {
+  if (dtype == DType::U8) w.experts += nbytes;
+  else if (dtype == DType::BF16 && embedding) w.embedding += nbytes;
+  else if (dtype == DType::BF16) w.bf16 += nbytes;
+  else w.f32 += nbytes;
+}
+
+}  // namespace
+
 WeightBytes weight_bytes(const std::vector<TensorBytes>& tensors) {
+  const std::string embedding = tensor_name(TensorRole::EmbedTokens);
   WeightBytes w;
-  for (const TensorBytes& t : tensors) {
-    if (t.dtype == DType::U8) w.experts += t.nbytes;
-    else if (t.dtype == DType::BF16 && t.name.find("embed_tokens") != std::string_view::npos) w.embedding += t.nbytes;
-    else if (t.dtype == DType::BF16) w.bf16 += t.nbytes;
-    else w.f32 += t.nbytes;
-  }
+  for (const TensorBytes& t : tensors)
+    add_tensor_bytes(w, t.dtype, text_tensor_name(t.name) == embedding, t.nbytes);
   return w;
 }
 
 WeightBytes weight_bytes(const Checkpoint& ck) {
-  std::vector<TensorBytes> v;
-  for (const TensorView& t : ck.tensors())
-    if (!is_vision_tensor_name(t.name)) v.push_back({t.name, t.dtype, t.nbytes});
-  return weight_bytes(v);
+  WeightBytes w;
+  for (const TensorView& t : ck.tensors()) {
+    if (is_vision_tensor_name(t.name)) continue;
+    const auto m = match_tensor_name(ck.config(), text_tensor_name(t.name));
+    add_tensor_bytes(w, t.dtype, m && m->role == TensorRole::EmbedTokens, t.nbytes);
+  }
+  return w;
 }
 
 WeightBytes weight_bytes(const ModelConfig& c) {
@@ -60,12 +72,7 @@ WeightBytes weight_bytes(const ModelConfig& c) {
     for (const StoredTensor& t : stored_tensors(spec)) {
       uint64_t n = dtype_size(t.dtype);
       for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-      const std::vector<TensorBytes> one{{t.name, t.dtype, n}};
-      const WeightBytes b = weight_bytes(one);
-      w.embedding += b.embedding;
-      w.bf16 += b.bf16;
-      w.f32 += b.f32;
-      w.experts += b.experts;
+      add_tensor_bytes(w, t.dtype, spec.role == TensorRole::EmbedTokens, n);
     }
   });
   return w;

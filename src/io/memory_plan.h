@@ -1,4 +1,4 @@
-// Memory plan (issue 13): what goes where in RAM for a K3 checkpoint on a machine of a given
+// Memory plan: what goes where in RAM for a K3 checkpoint on a machine of a given
 // size — the trunk at its type, the per-sequence states for -c and -np, the prefix cache, the
 // streamed experts' transient buffers and cache — and the expected decode speed from measured
 // bandwidths. `k3 info DIR --plan --ram-gb N` prints it; run / chat / serve refuse to start when
@@ -46,12 +46,13 @@ uint64_t trunk_matrix_bytes(uint64_t bf16_bytes, TrunkType t);
 
 /// Text-weight bytes of a checkpoint, split the way the plan needs them.
 struct WeightBytes {
-  uint64_t embedding = 0;  ///< BF16 embed_tokens
+  uint64_t embedding = 0;  ///< BF16 embedding table (TensorRole::EmbedTokens)
   uint64_t bf16 = 0;       ///< every other BF16 tensor (the quantizable trunk)
   uint64_t f32 = 0;        ///< F32 tensors (small vectors, kept as they are)
   uint64_t experts = 0;    ///< U8 routed experts (MXFP4 packed + scales)
 };
-/// From (name, dtype, bytes) of each text tensor; vision tensors must not be passed.
+/// From (name, dtype, bytes) of each text tensor (name with or without the "language_model."
+/// prefix; the embedding is the tensor table's EmbedTokens name); vision tensors must not be passed.
 struct TensorBytes {
   std::string_view name;
   DType dtype;

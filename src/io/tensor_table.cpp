@@ -267,6 +267,15 @@ const TensorKind& tensor_kind(TensorRole role) {
   return rows()[static_cast<size_t>(i)];
 }
 
+std::string tensor_name(TensorRole role, int il, int expert) {
+  return expand(tensor_kind(role).pattern.c_str(), il, expert);
+}
+
+std::string_view text_tensor_name(std::string_view full_name) {
+  const std::string_view prefix = kTextPrefix;
+  return full_name.substr(0, prefix.size()) == prefix ? full_name.substr(prefix.size()) : full_name;
+}
+
 bool tensor_present(const ModelConfig& c, TensorRole role) {
   const TensorKind& k = tensor_kind(role);
   return !k.present || k.present(c);

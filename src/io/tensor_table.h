@@ -3,8 +3,10 @@
 // ModelConfig, its accepted dtypes, its storage and the config flag that makes it present.
 // The rows drive checkpoint validation (io/checkpoint.cpp), the model's bind step
 // (model/weights.cpp), the expert store's lookups (io/expert_store.cpp), `k3 info` parameter
-// counts (io/model_summary.h), `k3 tensors` (the listing the Python tools are tested against)
-// and the test fixtures that write checkpoints. Adding or renaming a tensor is one row here.
+// counts (io/model_summary.h), the memory plan's byte split (io/memory_plan.cpp), the expert
+// names in LatentMoE's errors (model/latent_moe.cpp), `k3 bench`'s byte estimates, `k3 tensors`
+// (the listing the Python tools are tested against) and the test fixtures that write
+// checkpoints. Adding or renaming a tensor is one row here.
 // Names here never carry the "language_model." prefix.
 #pragma once
 #include <cstdint>
@@ -163,6 +165,15 @@ bool tensor_present(const ModelConfig& c, TensorRole role);
 /// layer role (or not -1 for a global), when the layer's plan has no such tensor (a KDA role on an
 /// MLA layer, ...) or when `expert` is outside [0, num_experts) for an expert role.
 TensorSpec tensor_spec(const ModelConfig& c, TensorRole role, int il = -1, int expert = -1);
+
+/// The name (no prefix) of the tensor of kind `role` in layer `il`, expert `expert`: the row's
+/// pattern with {il} and {e} filled in (for Mxfp4 kinds the base without ".weight*"), e.g.
+/// tensor_name(TensorRole::ExpertW2, 3, 7) = "model.layers.3.block_sparse_moe.experts.7.w2".
+/// Names only: nothing is checked against a config (tensor_spec does that).
+std::string tensor_name(TensorRole role, int il = -1, int expert = -1);
+
+/// `full_name` without the leading kTextPrefix, when it has one.
+std::string_view text_tensor_name(std::string_view full_name);
 
 /// A text tensor name (no prefix) matched against the table's patterns.
 struct TensorNameMatch {

@@ -1,5 +1,5 @@
-// Opt-in per-operation wall-clock timers for the decode breakdown of `k3 bench --profile`
-// (issue 14). Off by default: a disabled Scope costs one relaxed atomic load. When on, every
+// Opt-in per-operation wall-clock timers for the decode breakdown of `k3 bench --profile`.
+// Off by default: a disabled Scope costs one relaxed atomic load. When on, every
 // Scope opened outside a parallel region adds its wall time, weight bytes and one call to the
 // row of its name (nested Scopes inside parallel regions are not timed, so a row is wall time,
 // never a sum over threads). Rows are process-wide; single-sequence use (k3 bench) only.

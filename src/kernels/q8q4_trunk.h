@@ -1,4 +1,4 @@
-// Trunk quantization at load (issue 13, `--trunk-type q8|q4`): a BF16 weight W [rows, cols] is
+// Trunk quantization at load (`--trunk-type q8|q4`): a BF16 weight W [rows, cols] is
 // re-encoded once into groups of 32 consecutive inputs of one row with one fp32 scale each,
 // symmetric (no zero point), and the trunk's GEMV/GEMM then read the smaller encoding:
 //   q8: d = amax/127, q = RNE(w/d) in [-127, 127]   int8  q [rows, cols],      d [rows, cols/32]

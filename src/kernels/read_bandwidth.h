@@ -1,6 +1,6 @@
 // Streaming read-bandwidth probe: the machine's practical DRAM read limit that decode speed is
-// compared with (issue #6; made trustworthy in issue 14: `k3 bench`, bench/bandwidth.cpp,
-// docs/performance.md "Roofline and decode at K3 widths").
+// compared with (`k3 bench`, bench/bandwidth.cpp, docs/performance.md "Roofline and decode at
+// K3 widths").
 //
 // What one probe measures: `passes` timed reads of a buffer far larger than the last-level
 // cache (default 1 GiB vs 32 MiB of L3 here), every byte read once per pass with the dispatched

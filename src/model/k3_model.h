@@ -35,7 +35,7 @@ struct ModelOptions {
   /// memory is bounded by the piece. A multiple of 64 (the KDA chunk) keeps KDA split-exact.
   /// Must be >= 1 (k3::Error otherwise).
   int64_t prefill_chunk = 256;
-  /// Routed experts streamed from the shards through this store (io/expert_store.h, issue 13)
+  /// Routed experts streamed from the shards through this store (io/expert_store.h)
   /// instead of read through the mapping; null: the mapping. Must be built on the same
   /// checkpoint. Results are bit-identical either way.
   std::shared_ptr<ExpertStore> expert_store;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/tensor_table.h"
 #include "kernels/op_profile.h"
 #include "kernels/ops.h"
 #include "kernels/ref/activations.h"
@@ -41,10 +42,24 @@ MoeDims MoeDims::from(const ModelConfig& c) {
 
 namespace {
 
+/// The checkpoint name of routed expert `e`'s matrix `role` in this layer (an Mxfp4 base, e.g.
+/// "language_model.model.layers.1.block_sparse_moe.experts.7.w1"), from the tensor table.
+std::string expert_matrix_name(const MoeWeights& w, TensorRole role, int64_t e) {
+  return w.name_prefix + tensor_name(role, w.layer, static_cast<int>(e));
+}
+
+/// The name of routed expert `e` itself: its matrices' names without the matrix part
+/// ("...experts.7"), as mxfp4_glu_ffn names the expert and its w1/w3/w2.
+std::string expert_name(const MoeWeights& w, int64_t e) {
+  std::string s = expert_matrix_name(w, TensorRole::ExpertW1, e);
+  s.resize(s.rfind('.'));
+  return s;
+}
+
 /// Fast path of latent_moe_forward (see the header).
 void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation& act,
                      const float* x, int64_t T, float* out, int32_t* topk_ids, float* topk_w,
-                     const ExecOptions& ex, const std::string& prefix) {
+                     const ExecOptions& ex) {
   const int64_t D = dm.D, E = dm.E, L = dm.L;
   const int k = dm.k;
   // 1–3. Router for every token: s = σ(W_gate x) [T, E], then per-token top-k.
@@ -126,7 +141,7 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
           exw = w.experts[ei];
         }
         mxfp4_glu_ffn(exw.w1, exw.w3, exw.w2, zg.data(), n, ga, &yall[offset[a] * L], ex.mxfp4,
-                      prefix + "experts." + std::to_string(ei));
+                      expert_name(w, ei));
       }
     });
   };
@@ -185,10 +200,7 @@ void latent_moe_forward(const MoeWeights& w, const MoeDims& dm, const GluActivat
   std::vector<int32_t> ids(k);
   std::vector<float> wts(k);
   std::vector<float> shared;
-  // Tensor-name prefix for error messages, e.g. "language_model.model.layers.1.block_sparse_moe.".
-  std::string prefix = w.router->name;
-  if (const size_t pos = prefix.rfind("gate.weight"); pos != std::string::npos) prefix.resize(pos);
-  if (ex.fast) return latent_moe_fast(w, dm, act, x, T, out, topk_ids, topk_w, ex, prefix);
+  if (ex.fast) return latent_moe_fast(w, dm, act, x, T, out, topk_ids, topk_w, ex);
   if (w.shared) {
     shared.resize(static_cast<size_t>(T * D));
     glu_mlp_forward(*w.shared, act, x, T, shared.data());
@@ -216,11 +228,13 @@ void latent_moe_forward(const MoeWeights& w, const MoeDims& dm, const GluActivat
         streamed = {m.w1, m.w2, m.w3};
       }
       const ExpertWeights& ex = w.store ? streamed : w.experts[ids[i]];
-      const std::string what = prefix + "experts." + std::to_string(ids[i]);
-      ref::matvec_mxfp4(ex.w1, z.data(), g.data(), what + ".w1.weight_scale");
-      ref::matvec_mxfp4(ex.w3, z.data(), u.data(), what + ".w3.weight_scale");
+      const auto scale_name = [&](TensorRole role) {
+        return expert_matrix_name(w, role, ids[i]) + ".weight_scale";
+      };
+      ref::matvec_mxfp4(ex.w1, z.data(), g.data(), scale_name(TensorRole::ExpertW1));
+      ref::matvec_mxfp4(ex.w3, z.data(), u.data(), scale_name(TensorRole::ExpertW3));
       for (int64_t j = 0; j < Im; ++j) g[j] = act(g[j], u[j]);
-      ref::matvec_mxfp4(ex.w2, g.data(), y.data(), what + ".w2.weight_scale");
+      ref::matvec_mxfp4(ex.w2, g.data(), y.data(), scale_name(TensorRole::ExpertW2));
       for (int64_t j = 0; j < L; ++j) acc[j] += wts[i] * y[j];
     }
     if (!w.latent_norm.empty()) ref::rmsnorm(acc.data(), L, w.latent_norm.data(), dm.rms_eps, acc.data());

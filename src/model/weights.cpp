@@ -145,6 +145,8 @@ class Binder {
     using R = TensorRole;
     MoeWeights w;
     w.router = matrix(R::MoeRouter, il);
+    w.layer = il;
+    w.name_prefix = w.router->name.substr(0, w.router->name.size() - tensor_name(R::MoeRouter, il).size());
     w.bias = vector(R::MoeRouterBias, il);
     w.down = matrix(R::MoeLatentDown, il);
     if (tensor_present(c_, R::MoeLatentNorm)) w.latent_norm = vector(R::MoeLatentNorm, il);

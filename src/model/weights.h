@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -76,7 +77,10 @@ struct MoeWeights {
   /// When set, routed experts are read from the shards through this store (io/expert_store.h)
   /// instead of `experts`; same bytes, so the same results bit for bit. Not owned.
   ExpertStore* store = nullptr;
-  int layer = -1;                      ///< this layer's index (the store's key)
+  int layer = -1;                      ///< this layer's index (the store's key; the layer of the
+                                       ///< expert tensor names in error messages)
+  std::string name_prefix;             ///< the checkpoint's prefix of text tensor names
+                                       ///< ("language_model." or ""), for error messages
 };
 
 struct LayerWeights {
@@ -112,7 +116,7 @@ struct ModelWeights {
 /// tensor the table's rule refuses (expected vs found dtype and shape).
 ModelWeights bind_weights(const Checkpoint& ck);
 
-/// Trunk quantization at load (issue 13): re-encodes every BF16 trunk matrix the fast path reads
+/// Trunk quantization at load: re-encodes every BF16 trunk matrix the fast path reads
 /// through k3::matmul — KDA/MLA projections (except MLA kv_b, read per head as raw BF16), dense
 /// and shared-expert MLPs, the LatentMoE down/up projections, lm_head — to `kind`
 /// (kernels/q8q4_trunk.h), in parallel, and points the weights at the quantized views. Kept in

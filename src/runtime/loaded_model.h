@@ -12,7 +12,7 @@
 
 namespace k3 {
 
-/// Routed experts streamed from the shards (issue 13, io/expert_store.h) instead of mapped.
+/// Routed experts streamed from the shards (io/expert_store.h) instead of mapped.
 struct ExpertStreamOptions {
   bool enabled = false;
   ExpertStoreOptions store;  ///< cache budget, reads in flight, O_DIRECT

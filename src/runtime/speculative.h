@@ -1,4 +1,4 @@
-// Speculative decoding (issue 12; algorithms.md §7): a drafter proposes k tokens, the target
+// Speculative decoding (algorithms.md §7): a drafter proposes k tokens, the target
 // model checks [pending token, d_1 .. d_k] in ONE forward (decode form: bit-identical rows to
 // one-token decoding, BatchEntry::per_token), the acceptance rule keeps a prefix of the drafts
 // plus one token from the target, and the state is rolled back exactly to the kept tokens

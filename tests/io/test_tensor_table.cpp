@@ -146,6 +146,18 @@ TEST(TensorTable, ExpertMatrixBasesComeFromTheTable) {
   EXPECT_FALSE(is_expert_matrix_base("model.layers.1.block_sparse_moe.gate"));
 }
 
+TEST(TensorTable, NamesByRoleEqualTheSpecsNames) {
+  const ModelConfig c = tiny();
+  EXPECT_EQ(tensor_name(TensorRole::EmbedTokens), "model.embed_tokens.weight");
+  EXPECT_EQ(tensor_name(TensorRole::ExpertW2, 3, 7), "model.layers.3.block_sparse_moe.experts.7.w2");
+  for_each_tensor_spec(c, [&](const TensorSpec& s) {
+    EXPECT_EQ(tensor_name(s.role, s.il, s.expert), s.name);
+  });
+  EXPECT_EQ(text_tensor_name("language_model.model.norm.weight"), "model.norm.weight");
+  EXPECT_EQ(text_tensor_name("model.norm.weight"), "model.norm.weight");
+  EXPECT_EQ(text_tensor_name("vision_tower.x"), "vision_tower.x");
+}
+
 TEST(TensorTable, OneAcceptanceRule) {
   const ModelConfig c = tiny();
   const TensorSpec a = tensor_spec(c, TensorRole::KdaALog, 0);  // F32 [H], zero-padded along dim 0

@@ -159,6 +159,41 @@ TEST(FastPath, ChunkedPrefillEqualsTokenByToken) {
 // rounding, kernels/ops.h); (b) on models/k3-mini when present (a trained model, no near-ties):
 // whole-model logits rel L2 <= 5e-2 per position (measured 2.6e-2) and greedy argmax identical
 // on >= 62 of 64 positions (measured 64/64).
+// A NaN scale byte (0xFF) in a routed expert: both paths name the expert's tensors as the
+// checkpoint stores them (prefix and layer from the bind, names from the tensor table).
+TEST(FastPath, ExpertScaleErrorsNameTheCheckpointTensor) {
+  auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("k3", 1));
+  const k3::ModelWeights w = k3::bind_weights(*ck);
+  const k3::ModelConfig& cfg = ck->config();
+  const k3::MoeDims dm = k3::MoeDims::from(cfg);
+  const k3::GluActivation act = k3::GluActivation::from(cfg);
+  std::mt19937 rng(3);
+  int n_layers = 0;
+  for (size_t il = 0; il < w.layers.size(); ++il) {
+    if (w.layers[il].spec.ffn != k3::FfnKind::LatentMoE) continue;
+    ++n_layers;
+    k3::MoeWeights moe = w.layers[il].moe;
+    std::vector<uint8_t> nan_scales(static_cast<size_t>(moe.experts[0].w1.rows * moe.experts[0].w1.cols / 32), 0xFF);
+    for (k3::ExpertWeights& e : moe.experts) e.w1.scale = nan_scales.data();
+    const auto x = k3test::randn(static_cast<size_t>(dm.D), rng);
+    std::vector<float> y(static_cast<size_t>(dm.D));
+    const std::string layer = "language_model.model.layers." + std::to_string(il) + ".block_sparse_moe.experts.";
+    for (bool fast : {false, true}) {
+      try {
+        k3::latent_moe_forward(moe, dm, act, x.data(), 1, y.data(), nullptr, nullptr,
+                               k3::ExecOptions{fast, k3::Mxfp4Path::Int8});
+        ADD_FAILURE() << "no error for scale 0xFF";
+      } catch (const k3::Error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(layer), std::string::npos) << msg;
+        EXPECT_NE(msg.find(fast ? " w1'" : ".w1.weight_scale"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("0xFF"), std::string::npos) << msg;
+      }
+    }
+  }
+  EXPECT_GT(n_layers, 0);
+}
+
 TEST(FastPath, Int8ExpertPathWithinBound) {
   ScopedThreads one_thread(1);  // see ChunkedPrefillEqualsTokenByToken
   auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("k3", 1));

@@ -31,6 +31,7 @@
 #include "exec_flags.h"
 #include "io/checkpoint.h"
 #include "io/expert_store.h"
+#include "io/tensor_table.h"
 #include "kernels/dispatch.h"
 #include "kernels/op_profile.h"
 #include "kernels/ops.h"
@@ -66,16 +67,28 @@ double median(std::vector<double> v) {
 
 // ---- weight bytes per decoded token -------------------------------------------------------
 
+/// What a checkpoint tensor is to the byte estimates and the page-in, from the tensor table
+/// (Other: a vision tensor).
+enum class BenchTensor { Embedding, Expert, Dense, Other };
+BenchTensor bench_tensor(const k3::Checkpoint& ck, const k3::TensorView& t) {
+  if (k3::is_vision_tensor_name(t.name)) return BenchTensor::Other;
+  const auto m = k3::match_tensor_name(ck.config(), k3::text_tensor_name(t.name));
+  if (m && m->role == k3::TensorRole::EmbedTokens) return BenchTensor::Embedding;
+  if (m && k3::tensor_kind(m->role).group == k3::TensorGroup::Expert) return BenchTensor::Expert;
+  return BenchTensor::Dense;
+}
+
 /// From the checkpoint itself: every text tensor once, the embedding as one row, routed experts
 /// as top_k / num_experts of each MoE layer's expert bytes.
 double decode_bytes_from_checkpoint(const k3::Checkpoint& ck) {
   const k3::ModelConfig& c = ck.config();
   double dense = 0, experts = 0;
   for (const k3::TensorView& t : ck.tensors()) {
-    if (t.name.rfind("language_model.", 0) != 0) continue;  // vision
-    if (t.name.find("embed_tokens") != std::string::npos)
+    const BenchTensor kind = bench_tensor(ck, t);
+    if (kind == BenchTensor::Other) continue;  // vision
+    if (kind == BenchTensor::Embedding)
       dense += static_cast<double>(t.nbytes) / std::max<int64_t>(1, t.dim(0));
-    else if (t.name.find(".experts.") != std::string::npos)
+    else if (kind == BenchTensor::Expert)
       experts += static_cast<double>(t.nbytes);
     else
       dense += static_cast<double>(t.nbytes);
@@ -111,8 +124,9 @@ double decode_bytes_formula(const k3::ModelConfig& c, int n_kda, int n_mla, int 
 std::vector<k3::MemRegion> weight_regions(const k3::Checkpoint& ck, bool skip_experts) {
   std::vector<k3::MemRegion> r;
   for (const k3::TensorView& t : ck.tensors()) {
-    if (t.name.rfind("language_model.", 0) != 0 || t.name.find("embed_tokens") != std::string::npos) continue;
-    if (skip_experts && t.name.find(".experts.") != std::string::npos) continue;
+    const BenchTensor kind = bench_tensor(ck, t);
+    if (kind == BenchTensor::Other || kind == BenchTensor::Embedding) continue;
+    if (skip_experts && kind == BenchTensor::Expert) continue;
     if (t.data != nullptr && t.nbytes > 0) r.push_back({t.data, t.nbytes});
   }
   return r;
@@ -140,7 +154,7 @@ void page_in(const k3::Checkpoint& ck, bool skip_experts) {
   k3::parallel_for(static_cast<int64_t>(ts.size()), 1, [&](int64_t b, int64_t e) {
     volatile uint8_t sink = 0;
     for (int64_t i = b; i < e; ++i) {
-      if (skip_experts && ts[i].name.find(".experts.") != std::string::npos) continue;
+      if (skip_experts && bench_tensor(ck, ts[i]) == BenchTensor::Expert) continue;
       for (uint64_t o = 0; o < ts[i].nbytes; o += 4096) sink = sink ^ ts[i].data[o];
     }
   });

@@ -9,7 +9,7 @@
 // when stdout is not a terminal). A turn that ends inside the think channel, or at the -n limit,
 // ends with a one-line notice saying so and what to change.
 // Each turn the whole conversation is the prompt; the prefix cache (runtime/prefix_cache.h) resumes it at its longest cached prefix.
-// The conversation survives a full context: when it no longer fits in -c (with room for the
+// The conversation survives a full context: when it does not fit in -c (with room for the
 // answer) the oldest turns are dropped at turn boundaries, the system message kept
 // (runtime/chat_history.h), and a message that cannot fit at all is refused with a note.
 #include <unistd.h>
@@ -74,7 +74,7 @@ struct ChatCliOptions {
   bool ignore_eos = false;
   bool strict_utf8 = false;
   k3cli::CacheFlags cache;
-  k3cli::SpecFlags spec;   ///< speculative decoding (issue 12)
+  k3cli::SpecFlags spec;   ///< speculative decoding
   std::string state_save;  ///< --state-save FILE: the conversation + sequence state after each answer
   std::string state_load;  ///< --state-load FILE: resume such a conversation
 };
@@ -195,7 +195,7 @@ void run(const ChatCliOptions& o) {
     throw k3::Error("-n/--n-predict: expected -1 (until stop) or >= 0, found " + std::to_string(o.gen.n_predict));
   const k3::SamplerParams sp = o.gen.sampler_params();
   k3cli::set_threads(o.gen.threads);
-  const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(1);  // memory plan (issue 13)
+  const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(1);  // memory plan
   k3cli::ProgressBar progress;  // loads and prefills that take over a second (stderr)
   k3::ModelOptions mo = o.gen.model_options();
   mo.progress = progress.fn();

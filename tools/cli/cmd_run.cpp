@@ -39,7 +39,7 @@ struct RunOptions {
   std::string state_save;  ///< --state-save FILE
   std::string state_load;  ///< --state-load FILE
   k3cli::CacheFlags cache{0};  // off unless --cache-dir / --cache-ram: one prompt per process
-  k3cli::SpecFlags spec;       // speculative decoding (issue 12)
+  k3cli::SpecFlags spec;       // speculative decoding
 };
 
 
@@ -75,7 +75,7 @@ void run(const RunOptions& o) {
   if (o.prompt_ids.empty() && n_sources == 1) k3cli::check_utf8(prompt_text, o.strict_utf8, o.prompt_file.empty() ? "-p/--prompt" : "-f/--file '" + o.prompt_file + "'");
   k3cli::set_threads(o.gen.threads);
 
-  const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(1);  // memory plan (issue 13)
+  const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(1);  // memory plan
   k3cli::ProgressBar progress;  // loads and prefills that take over a second (stderr)
   k3::ModelOptions mo = o.gen.model_options();
   mo.progress = progress.fn();

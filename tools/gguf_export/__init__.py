@@ -1,4 +1,4 @@
-"""K3 checkpoint → GGUF in llama.cpp's kimi-k3 layout (issue 14, part 5).
+"""K3 checkpoint → GGUF in llama.cpp's kimi-k3 layout.
 
     .venv/bin/python -m tools.gguf_export --model DIR --out FILE.gguf [--no-tokenizer]
 

@@ -1,1 +1,1 @@
-"""K3-mini trainer: a small Kimi-K3-architecture model trained on the KJV Bible (issue #5)."""
+"""K3-mini trainer: a small Kimi-K3-architecture model trained on the KJV Bible."""

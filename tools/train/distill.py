@@ -1,4 +1,4 @@
-"""K3-nano: a small K3-architecture draft model distilled from K3-mini (issue #12 item 4).
+"""K3-nano: a small K3-architecture draft model distilled from K3-mini.
 
 Teacher: K3-mini loaded in torch from its EXPORTED checkpoint (models/k3-mini: bf16 trunk, MXFP4
 experts dequantized, so the teacher is exactly the published model, fp32 compute).
@@ -9,7 +9,7 @@ Balancing (tools/train/train.py).
 Two phases, both bounded by wall time:
   1. warm-up (logit distillation): teacher-forced on training text, loss = forward KL
      KL(p_teacher || p_student) over the full vocabulary plus 0.1 x cross-entropy on the text.
-  2. on-policy distillation (MOPD, algorithms.md §7 / issue #12): the student samples a
+  2. on-policy distillation (MOPD, algorithms.md §7): the student samples a
      continuation (temperature 1) of a training-text prefix; the teacher scores every sampled token;
      token reward r_t = clip(log p_teacher(x_t) - log p_student(x_t), -R, R) (no future sum: the
      per-token reverse-KL estimator); loss = -mean(r_t.detach() * log p_student(x_t)), plus the

@@ -1,5 +1,5 @@
 """K3-mini evaluation with the EXPORTED weights (bf16 trunk, MXFP4 experts, F32 small tensors),
-float32 compute (issue #5). Writes into the model dir:
+float32 compute. Writes into the model dir:
   heldout.txt, eval.json (held-out + train-slice perplexity, unigram baseline),
   greedy.json (3 prompts × 64 greedy ids, plus a sampled continuation of "And God said"),
   README.md (model card, via tools.train.model_card).

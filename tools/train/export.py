@@ -1,4 +1,4 @@
-"""Export a trained K3-mini to the published K3 layout (issue #5 item 3; k3-architecture.md §1, §2, §4).
+"""Export a trained K3-mini to the published K3 layout (k3-architecture.md §1, §2, §4).
 
 Reads WORK/trained.pt (fp32 master weights) and writes OUT/:
   config.json (wrapper with text_config, linear_attn_config, quantization_config),

@@ -1,4 +1,4 @@
-"""K3-mini training loop (issue #5 item 1). CPU, float32 master weights, deterministic given --seed.
+"""K3-mini training loop. CPU, float32 master weights, deterministic given --seed.
 
 Optimizers (algorithms.md §4): per-head Muon for 2-D/3-D matrices (except embedding and LM head),
 AdamW for embeddings, head, norms, conv taps, A_log, dt_bias, AttnRes pseudo-queries.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# K3-mini end to end (issue #5): data → BPE → train → export (bf16 trunk, MXFP4 experts) → eval
+# K3-mini end to end: data → BPE → train → export (bf16 trunk, MXFP4 experts) → eval
 # (held-out ppl, unigram baseline, greedy references, sample) → models/k3-mini/.
 # Usage: tools/train/train_k3_mini.sh [WORK_DIR]   (run from the repository root)
 # Speed: torch from Debian links the reference netlib BLAS; if an OpenBLAS directory is given in

@@ -2,7 +2,7 @@
 // Same structure as the AVX2 kernel with 16 lanes: bf16 -> fp32 by vpmovzxwd + vpslld, fp32
 // FMA, register block 4 rows x 6 tokens (24 accumulators of 32 registers; decode: 4 rows x 1),
 // masked tails (no scalar remainder loop). Tokens tiled by 48, K blocked by 1024 for T > 1.
-// (The 'bf16' numerics mode's vdpbf16ps kernel is gemm_dp.cpp; K3_BF16_DOT was folded into it.)
+// (The 'bf16' numerics mode's vdpbf16ps kernel is gemm_dp.cpp.)
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/avx512/avx512_util.h"
 #include "kernels/avx2/avx2_kernels.h"
@@ -103,7 +103,7 @@ constexpr MicroFn kMicro[kFR][kFN] = {
 
 // K <= 1024 (K3-mini's 128-384-wide layers): the AVX2 packed-panel kernel, whose vector
 // accumulators need no horizontal sum per output (this kernel's 16-lane reductions cost more than
-// they save at such K: K3-mini prefill was slower on AVX-512 than on AVX2, issue 14). The choice
+// they save at such K: K3-mini prefill is slower on AVX-512 than on AVX2). The choice
 // depends on K only, so a token's bits still do not depend on T (batch invariance).
 void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
                float* y, int64_t ldy, int64_t r0, int64_t r1) {
