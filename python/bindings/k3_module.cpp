@@ -81,7 +81,7 @@ class Engine {
     so.n_ctx = o.n_ctx;
     so.max_queue = o.max_queue;
     so.cache = cache_.get();
-    scheduler_ = std::make_unique<k3::Scheduler>(*lm_.model, so);
+    scheduler_ = std::make_shared<k3::Scheduler>(*lm_.model, so);
   }
 
   const k3::Tokenizer& tok() const { return *lm_.tokenizer; }
@@ -161,11 +161,12 @@ class Engine {
     q.sampling = sp;
     if (!ignore_eos) q.stop_ids = stop_ids_;
     q.n_vocab = tok().vocab_size();
-    return scheduler().submit(std::move(q));
+    const std::shared_ptr<k3::Scheduler> sch = scheduler();  // alive while submitting, even across close()
+    return sch->submit(std::move(q));
   }
 
   py::dict stats() const {
-    const k3::SchedulerStats s = scheduler().stats();
+    const k3::SchedulerStats s = scheduler()->stats();
     py::dict d;
     d["running"] = s.running;
     d["waiting"] = s.waiting;
@@ -183,15 +184,22 @@ class Engine {
   const EngineOptions& options() const { return opt_; }
 
   /// Cancels running and queued sequences and joins the engine thread; later calls fail.
+  /// A submit() or stats() running on another thread keeps the scheduler alive until it returns.
   void close() {
     py::gil_scoped_release nogil;
-    scheduler_.reset();
+    std::shared_ptr<k3::Scheduler> last;
+    {
+      std::lock_guard<std::mutex> lk(sched_mu_);
+      last = std::move(scheduler_);
+    }
+    last.reset();  // joins the engine thread unless a concurrent call still holds it (then that call does)
   }
 
  private:
-  k3::Scheduler& scheduler() const {
+  std::shared_ptr<k3::Scheduler> scheduler() const {
+    std::lock_guard<std::mutex> lk(sched_mu_);
     if (!scheduler_) throw k3::Error("LLM: closed (no request can be submitted after close())");
-    return *scheduler_;
+    return scheduler_;
   }
 
   EngineOptions opt_;
@@ -199,12 +207,15 @@ class Engine {
   k3::LoadedModel lm_;
   std::vector<int32_t> stop_ids_;
   std::unique_ptr<k3::PrefixCache> cache_;
-  std::unique_ptr<k3::Scheduler> scheduler_;
+  mutable std::mutex sched_mu_;  ///< guards scheduler_ (close() may run beside submit())
+  std::shared_ptr<k3::Scheduler> scheduler_;
 };
 
 /// SeqHandle::next with the GIL released: None on timeout, else
 /// (done, id, finish_reason, error, n_prompt, n_generated).
 py::object next_event(k3::SeqHandle& h, double timeout_s) {
+  if (!(timeout_s >= 0.0 && timeout_s <= 86400.0))
+    throw k3::Error("next: timeout_s must be in [0, 86400] seconds, found " + std::to_string(timeout_s));
   std::optional<k3::SeqEvent> e;
   {
     py::gil_scoped_release nogil;

@@ -3,6 +3,7 @@
 // lock) and a Slot; a finished sequence leaves its state to the slot (retire, kept slot
 // states), which save_slot / restore_slot / erase_slot write, read and drop.
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <utility>
 
@@ -69,10 +70,14 @@ void Scheduler::admit(Pending p, std::vector<std::unique_ptr<Slot>>& slots) {
       }
       if (kept) {
         // A save_slot() that still writes the state shares it: copy instead of moving.
-        if (kept.use_count() == 1)
+        if (kept.use_count() == 1) {
+          // The last owner: a save_slot() that held it has released it; its reads of the state
+          // happen before this move (use_count() is a relaxed load).
+          std::atomic_thread_fence(std::memory_order_acquire);
           seq = std::move(*kept);
-        else
+        } else {
           seq = *kept;
+        }
         kept.reset();
         seq.reserve(rows);
         pin.release();
