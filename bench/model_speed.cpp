@@ -89,11 +89,14 @@ int main(int argc, char** argv) try {
       std::printf("  %-4s run %d: prefill %10.1f tok/s  decode %8.1f tok/s\n", kname, r, s.prefill_tps, s.decode_tps);
     }
     const double p = median(pre), d = median(dec);
-    std::printf("%-4s (mxfp4 %s) median: prefill %10.1f tok/s  decode %8.1f tok/s  "
-                "prefill-per-token speedup over decode-per-token %.1fx\n",
-                kname, o.exec.kernels.value_or(k3::ModelKernels::Fast) == k3::ModelKernels::Fast
-                           ? (*m.options().exec.mxfp4 == k3::Mxfp4Path::Int8 ? "int8" : "exact") : "ref",
-                p, d, p / d);
+    std::printf(
+        "%-4s (mxfp4 %s) median: prefill %10.1f tok/s  decode %8.1f tok/s  "
+        "prefill-per-token speedup over decode-per-token %.1fx\n",
+        kname,
+        o.exec.kernels.value_or(k3::ModelKernels::Fast) == k3::ModelKernels::Fast
+            ? (*m.options().exec.mxfp4 == k3::Mxfp4Path::Int8 ? "int8" : "exact")
+            : "ref",
+        p, d, p / d);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -25,8 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const k3::StateFileView v = k3::parse_state_file(std::span(data, size), kind, "fuzz.bin", "fuzz");
         const auto* end = data + size;
         if (reinterpret_cast<const uint8_t*>(v.header.data()) < data ||
-            reinterpret_cast<const uint8_t*>(v.header.data() + v.header.size()) > end ||
-            v.payload.data() < data || v.payload.data() + v.payload.size() > end)
+            reinterpret_cast<const uint8_t*>(v.header.data() + v.header.size()) > end || v.payload.data() < data ||
+            v.payload.data() + v.payload.size() > end)
           std::abort();
         text = v.header;
       } catch (const k3::Error&) {

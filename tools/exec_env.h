@@ -31,8 +31,7 @@ inline k3::ExecConfig exec_config(std::string_view numerics_flag, k3::Numerics f
                     "activations on vdpbf16ps");
   k3::ExecConfig c;
   if (const std::string v = env_value("K3_ISA"); !v.empty()) c.isa = k3::select_isa(v, "K3_ISA");
-  if (const std::string v = env_value("K3_KERNELS"); !v.empty())
-    c.kernels = k3::parse_model_kernels(v, "K3_KERNELS");
+  if (const std::string v = env_value("K3_KERNELS"); !v.empty()) c.kernels = k3::parse_model_kernels(v, "K3_KERNELS");
   if (!numerics_flag.empty()) {
     c.numerics = k3::parse_numerics(numerics_flag, "--numerics");
   } else if (const std::string v = env_value("K3_NUMERICS"); !v.empty()) {

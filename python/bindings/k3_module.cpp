@@ -48,9 +48,9 @@ struct EngineOptions {
   int64_t n_ctx = 4096;
   int64_t n_parallel = 4;
   int64_t max_queue = 64;
-  std::string numerics;        ///< "" = K3_NUMERICS, else the CLI's generation default
-  int threads = 0;             ///< <= 0: all hardware threads
-  int64_t cache_ram_mib = 512; ///< prefix cache RAM budget; 0 = no prefix cache
+  std::string numerics;         ///< "" = K3_NUMERICS, else the CLI's generation default
+  int threads = 0;              ///< <= 0: all hardware threads
+  int64_t cache_ram_mib = 512;  ///< prefix cache RAM budget; 0 = no prefix cache
   int64_t prefill_chunk = 256;
 };
 

@@ -59,12 +59,14 @@ void check_private_dir(const std::filesystem::path& dir, std::string_view flag) 
   if (!S_ISDIR(st.st_mode)) throw Error(f + ": '" + d + "' is not a directory");
   if (st.st_uid != ::geteuid())
     throw Error(f + ": '" + d + "' is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " +
-                std::to_string(::geteuid()) + "); k3 trusts the files it reads back from there, so it must be a "
+                std::to_string(::geteuid()) +
+                "); k3 trusts the files it reads back from there, so it must be a "
                 "directory of its own user");
   if (st.st_mode & S_IWOTH)
     throw Error(f + ": '" + d + "' is writable by every user (mode " + octal_mode(st.st_mode) +
                 "); k3 trusts the files it reads back from there: use a directory only you can write "
-                "(chmod o-w '" + d + "')");
+                "(chmod o-w '" +
+                d + "')");
 }
 
 AtomicFile::AtomicFile(const std::filesystem::path& dir, const std::string& name, std::string what, bool durable)
@@ -155,11 +157,12 @@ DirLock::DirLock(const std::filesystem::path& dir, std::string_view flag) {
   if (e == EWOULDBLOCK) {
     ::close(fd_);
     fd_ = -1;
-    throw Error(f + ": '" + d + "' is in use by another k3 process (it holds a lock on the directory); give each "
+    throw Error(f + ": '" + d +
+                "' is in use by another k3 process (it holds a lock on the directory); give each "
                 "process its own directory");
   }
-  std::fprintf(stderr, "k3: %s: cannot lock '%s' (%s): another k3 process could use it at the same time\n",
-               f.c_str(), d.c_str(), std::strerror(e));
+  std::fprintf(stderr, "k3: %s: cannot lock '%s' (%s): another k3 process could use it at the same time\n", f.c_str(),
+               d.c_str(), std::strerror(e));
 }
 
 DirLock::~DirLock() {

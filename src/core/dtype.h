@@ -9,7 +9,18 @@
 namespace k3 {
 
 enum class DType : uint8_t {
-  BF16, F16, F32, F64, I8, U8, I16, I32, I64, BOOL, F8_E4M3, F8_E5M2,
+  BF16,
+  F16,
+  F32,
+  F64,
+  I8,
+  U8,
+  I16,
+  I32,
+  I64,
+  BOOL,
+  F8_E4M3,
+  F8_E5M2,
 };
 
 /// Bytes per element of `t` (BOOL = 1, F8_* = 1).

@@ -49,8 +49,7 @@ JsonDepthScan scan_json_depth(std::string_view text, int limit) {
       case ',':
         if (depth == 1) key = {};
         break;
-      default:
-        break;
+      default: break;
     }
   }
   return r;

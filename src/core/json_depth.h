@@ -20,11 +20,11 @@ inline constexpr int kMaxJsonDepth = 64;
 
 /// What scan_json_depth found.
 struct JsonDepthScan {
-  int depth = 0;            ///< deepest nesting seen, counting stops at limit + 1
-  bool exceeded = false;    ///< depth > limit
-  std::size_t offset = 0;   ///< when exceeded: byte offset of the '[' or '{' that went past the limit
-  std::string top_key;      ///< when exceeded inside a top-level object: the key (raw, escapes kept,
-                            ///< at most 64 bytes) whose value went past the limit; else ""
+  int depth = 0;           ///< deepest nesting seen, counting stops at limit + 1
+  bool exceeded = false;   ///< depth > limit
+  std::size_t offset = 0;  ///< when exceeded: byte offset of the '[' or '{' that went past the limit
+  std::string top_key;     ///< when exceeded inside a top-level object: the key (raw, escapes kept,
+                           ///< at most 64 bytes) whose value went past the limit; else ""
 };
 
 /// Scans JSON text for the nesting depth of '[' and '{' outside strings (backslash escapes

@@ -72,7 +72,7 @@ void on_sigbus(int, siginfo_t* si, void*) {
     break;
   }
   ::sigaction(SIGBUS, &g_previous_sigbus, nullptr);  // async-signal-safe
-  if (si->si_code <= 0) ::raise(SIGBUS);  // sent by a process: nothing re-faults, so raise it again
+  if (si->si_code <= 0) ::raise(SIGBUS);             // sent by a process: nothing re-faults, so raise it again
 }
 
 void install_sigbus_handler() {
@@ -139,8 +139,7 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
     if (p == MAP_FAILED) {
       int e = errno;
       ::close(fd);
-      throw Error(path.string() + ": cannot mmap " + std::to_string(size_) +
-                  " bytes: " + std::strerror(e));
+      throw Error(path.string() + ": cannot mmap " + std::to_string(size_) + " bytes: " + std::strerror(e));
     }
     data_ = static_cast<const uint8_t*>(p);
     register_map(data_, size_, path.string());

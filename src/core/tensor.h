@@ -11,12 +11,12 @@
 namespace k3 {
 
 struct TensorView {
-  std::string name;             ///< full checkpoint name, e.g. "language_model.lm_head.weight"
+  std::string name;  ///< full checkpoint name, e.g. "language_model.lm_head.weight"
   DType dtype = DType::F32;
-  std::vector<int64_t> shape;   ///< outermost first
+  std::vector<int64_t> shape;     ///< outermost first
   const uint8_t* data = nullptr;  ///< first byte (inside the mapping); may be unaligned
-  uint64_t nbytes = 0;          ///< == numel() * dtype_size(dtype)
-  std::string file;             ///< file the bytes live in (for error messages)
+  uint64_t nbytes = 0;            ///< == numel() * dtype_size(dtype)
+  std::string file;               ///< file the bytes live in (for error messages)
   /// Set on the trunk's copies quantized at load (`--trunk-type q8|q4`, kernels/q8q4_trunk.h):
   /// k3::matmul then reads this encoding instead of `data` (which still points to the BF16).
   const struct QuantMatrix* quant = nullptr;

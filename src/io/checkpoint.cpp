@@ -100,8 +100,7 @@ class IndexSax {
  private:
   bool in_map() const { return map_depth_ > 0 && depth_ == map_depth_ && arrays_ == 0; }
   bool value(const char* type) {
-    if (in_map())
-      throw Error(origin_ + ": weight_map[\"" + key_ + "\"] must be a file name string, found " + type);
+    if (in_map()) throw Error(origin_ + ": weight_map[\"" + key_ + "\"] must be a file name string, found " + type);
     return true;
   }
   const std::string& origin_;
@@ -168,8 +167,8 @@ class CheckpointImpl final : public Checkpoint {
     for (size_t i = 0; i < tensors_.size(); ++i) {
       auto [it, fresh] = by_name_.emplace(tensors_[i].name, i);
       if (!fresh)
-        throw Error(dir_.string() + ": tensor '" + tensors_[i].name + "' appears in two shards: " +
-                    tensors_[it->second].file + " and " + tensors_[i].file);
+        throw Error(dir_.string() + ": tensor '" + tensors_[i].name +
+                    "' appears in two shards: " + tensors_[it->second].file + " and " + tensors_[i].file);
     }
   }
 
@@ -265,14 +264,15 @@ class CheckpointImpl final : public Checkpoint {
       int64_t inner = 1;
       for (size_t d = 1; d < v.shape.size(); ++d) inner *= v.shape[d];
       const int64_t first_pad = s.shape[0] * inner;
-      const std::vector<uint8_t> pad = read_bytes(v, static_cast<uint64_t>(first_pad) * 4, v.nbytes - static_cast<uint64_t>(first_pad) * 4);
+      const std::vector<uint8_t> pad =
+          read_bytes(v, static_cast<uint64_t>(first_pad) * 4, v.nbytes - static_cast<uint64_t>(first_pad) * 4);
       for (int64_t i = first_pad; i < v.numel(); ++i) {
         float x;
         std::memcpy(&x, pad.data() + (i - first_pad) * 4, 4);
         if (!(x == 0.0f))
           throw Error(where(v) + ": " + std::string(ends_with(s.name, "A_log") ? "A_log" : "tensor") +
-                      " padding entries must be zero; found " + std::to_string(x) + " at index " +
-                      std::to_string(i) + " (real entries: " + std::to_string(s.shape[0]) + ")");
+                      " padding entries must be zero; found " + std::to_string(x) + " at index " + std::to_string(i) +
+                      " (real entries: " + std::to_string(s.shape[0]) + ")");
       }
     }
   }
@@ -299,8 +299,8 @@ class CheckpointImpl final : public Checkpoint {
         const TensorView* w = take(s.name + ".weight");
         if (!w) {
           const auto st = stored_tensors(s);
-          missing(st[0].name, "U8 " + shape_str(st[0].shape) + " with " + st[1].name + " U8 " +
-                                  shape_str(st[1].shape) + ", MXFP4 of logical " + shape_str(s.shape));
+          missing(st[0].name, "U8 " + shape_str(st[0].shape) + " with " + st[1].name + " U8 " + shape_str(st[1].shape) +
+                                  ", MXFP4 of logical " + shape_str(s.shape));
         }
         check_plain(s, *w, shape_str(s.shape));
         return;

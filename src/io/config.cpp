@@ -16,13 +16,13 @@ namespace k3 {
 using nlohmann::json;
 
 int ModelConfig::n_kda_layers() const {
-  return static_cast<int>(std::count_if(plan.begin(), plan.end(),
-                                        [](const LayerSpec& l) { return l.attn == AttnKind::KDA; }));
+  return static_cast<int>(
+      std::count_if(plan.begin(), plan.end(), [](const LayerSpec& l) { return l.attn == AttnKind::KDA; }));
 }
 int ModelConfig::n_mla_layers() const { return static_cast<int>(plan.size()) - n_kda_layers(); }
 int ModelConfig::n_moe_layers() const {
-  return static_cast<int>(std::count_if(plan.begin(), plan.end(),
-                                        [](const LayerSpec& l) { return l.ffn == FfnKind::LatentMoE; }));
+  return static_cast<int>(
+      std::count_if(plan.begin(), plan.end(), [](const LayerSpec& l) { return l.ffn == FfnKind::LatentMoE; }));
 }
 std::vector<int> ModelConfig::mla_layer_indices() const {
   std::vector<int> r;
@@ -165,7 +165,8 @@ void read_quantization(const std::optional<Reader>& q, ModelConfig& c) {
         if (w->has("group_size") && gs != 32)
           w->fail("group_size", std::to_string(gs) + " is not supported (MXFP4 blocks are 32 values, spec §4)");
         if (w->has("num_bits") && w->get_int("num_bits", 4) != 4)
-          w->fail("num_bits", std::to_string(w->get_int("num_bits", 4)) + " is not supported (MXFP4 is 4-bit, spec §1.4)");
+          w->fail("num_bits",
+                  std::to_string(w->get_int("num_bits", 4)) + " is not supported (MXFP4 is 4-bit, spec §1.4)");
         if (c.quant_group_size == 0) c.quant_group_size = gs;
       }
     }
@@ -211,9 +212,11 @@ void read_text(const Reader& t, ModelConfig& c) {
   // not read by the router; only K3's value (no grouping, sigmoid + bias top-k) is what it computes
   const std::string topk_method = t.get_string("topk_method", "noaux_tc");
   if (topk_method != "noaux_tc")
-    t.fail("topk_method", "\"" + topk_method + "\" is not supported (the router implements K3's \"noaux_tc\", spec §1.2)");
+    t.fail("topk_method",
+           "\"" + topk_method + "\" is not supported (the router implements K3's \"noaux_tc\", spec §1.2)");
   if (t.has("max_position_embeddings") && c.max_position_embeddings <= 0)
-    t.fail("max_position_embeddings", "expected a positive integer, found " + std::to_string(c.max_position_embeddings));
+    t.fail("max_position_embeddings",
+           "expected a positive integer, found " + std::to_string(c.max_position_embeddings));
 
   Reader la = t.child("linear_attn_config");
   c.kda_layers = la.get_int_list("kda_layers");
@@ -252,14 +255,14 @@ void validate(const ModelConfig& c, const std::string& o) {
   pos(c.short_conv_kernel_size, "linear_attn_config.short_conv_kernel_size");
   require(c.num_shared_experts >= 0, o, "num_shared_experts must be >= 0");
   require(c.first_k_dense_replace >= 0 && c.first_k_dense_replace <= c.num_hidden_layers, o,
-          "first_k_dense_replace " + std::to_string(c.first_k_dense_replace) + " outside [0, num_hidden_layers=" +
-              std::to_string(c.num_hidden_layers) + "]");
+          "first_k_dense_replace " + std::to_string(c.first_k_dense_replace) +
+              " outside [0, num_hidden_layers=" + std::to_string(c.num_hidden_layers) + "]");
   require(c.num_experts_per_token <= c.num_experts, o,
           "num_experts_per_token " + std::to_string(c.num_experts_per_token) + " > num_experts " +
               std::to_string(c.num_experts));
   require(c.topk_group <= c.num_expert_group && c.num_experts % c.num_expert_group == 0, o,
-          "num_expert_group/topk_group (" + std::to_string(c.num_expert_group) + "/" +
-              std::to_string(c.topk_group) + ") do not divide num_experts " + std::to_string(c.num_experts));
+          "num_expert_group/topk_group (" + std::to_string(c.num_expert_group) + "/" + std::to_string(c.topk_group) +
+              ") do not divide num_experts " + std::to_string(c.num_experts));
   require(c.rms_norm_eps > 0 && c.mla_norm_eps > 0, o, "rms_norm_eps must be > 0");
   require(c.num_nextn_predict_layers == 0, o,
           "num_nextn_predict_layers = " + std::to_string(c.num_nextn_predict_layers) +
@@ -281,16 +284,17 @@ void validate(const ModelConfig& c, const std::string& o) {
                   " outside 1..num_hidden_layers=" + std::to_string(L) + " (lists are 1-indexed)");
       auto& ow = owner[static_cast<size_t>(x)];
       require(ow != tag, o, std::string("linear_attn_config.") + name + " lists layer " + std::to_string(x) + " twice");
-      require(ow == 0, o, "layer " + std::to_string(x) + " is in both linear_attn_config.kda_layers and full_attn_layers");
+      require(ow == 0, o,
+              "layer " + std::to_string(x) + " is in both linear_attn_config.kda_layers and full_attn_layers");
       ow = tag;
     }
   };
   mark(c.kda_layers, 1, "kda_layers");
   mark(c.full_attn_layers, 2, "full_attn_layers");
   for (int x = 1; x <= L; ++x)
-    require(owner[static_cast<size_t>(x)] != 0, o,
-            "layer " + std::to_string(x) +
-                " (1-indexed) is in neither linear_attn_config.kda_layers nor full_attn_layers");
+    require(
+        owner[static_cast<size_t>(x)] != 0, o,
+        "layer " + std::to_string(x) + " (1-indexed) is in neither linear_attn_config.kda_layers nor full_attn_layers");
 }
 
 }  // namespace
@@ -332,11 +336,13 @@ ModelConfig parse_config(const std::string& json_text, const std::string& origin
   c.pad_token_id = r.get_token_id("pad_token_id", t.get_token_id("pad_token_id", -1));
   // explicit ids must name a token of the model's vocabulary (absent = -1, "none")
   for (const auto& [key, id] : {std::pair<const char*, int>{"bos_token_id", c.bos_token_id},
-                                {"eos_token_id", c.eos_token_id}, {"pad_token_id", c.pad_token_id}}) {
+                                {"eos_token_id", c.eos_token_id},
+                                {"pad_token_id", c.pad_token_id}}) {
     const bool given = r.has(key) || t.has(key);
     if (given && (id < 0 || id >= c.vocab_size))
-      (r.has(key) ? r : t).fail(key, "token id " + std::to_string(id) + " outside the vocabulary [0, vocab_size=" +
-                                         std::to_string(c.vocab_size) + ")");
+      (r.has(key) ? r : t)
+          .fail(key, "token id " + std::to_string(id) +
+                         " outside the vocabulary [0, vocab_size=" + std::to_string(c.vocab_size) + ")");
   }
   if (auto q = t.opt_child("quantization_config")) read_quantization(q, c);
   else if (c.wrapped) read_quantization(r.opt_child("quantization_config"), c);
@@ -361,8 +367,8 @@ ModelConfig load_config(const std::filesystem::path& config_json) {
 }
 
 void check_config_token_ids(const ModelConfig& c, int32_t n_tokenizer_ids, const std::string& origin) {
-  for (const auto& [key, id] : {std::pair<const char*, int>{"bos_token_id", c.bos_token_id},
-                                {"eos_token_id", c.eos_token_id}})
+  for (const auto& [key, id] :
+       {std::pair<const char*, int>{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_id}})
     if (id >= n_tokenizer_ids)
       throw Error(origin + ": key '" + key + "': token id " + std::to_string(id) + " is not in the tokenizer (" +
                   std::to_string(n_tokenizer_ids) + " ids: tiktoken.model + tokenizer_config.json)");

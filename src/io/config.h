@@ -22,15 +22,15 @@ struct LayerSpec {
 
 struct ModelConfig {
   // --- identity (top level) ---
-  std::string architecture;     ///< top-level architectures[0], e.g. "KimiK3ForConditionalGeneration"
-  std::string model_type;       ///< top-level model_type, e.g. "kimi_k3"
-  bool wrapped = false;         ///< true when the text model sits under "text_config"
+  std::string architecture;  ///< top-level architectures[0], e.g. "KimiK3ForConditionalGeneration"
+  std::string model_type;    ///< top-level model_type, e.g. "kimi_k3"
+  bool wrapped = false;      ///< true when the text model sits under "text_config"
   // --- trunk ---
-  int hidden_size = 0;          ///< D (7168)
-  int num_hidden_layers = 0;    ///< 93
-  int vocab_size = 0;           ///< 163840
-  float rms_norm_eps = 1e-6f;   ///< default 1e-6 when absent (Moonshot code); K3 sets 1e-5
-  float mla_norm_eps = 1e-6f;   ///< q_a/kv_a layernorm eps: KimiRMSNorm default (spec §3.3)
+  int hidden_size = 0;         ///< D (7168)
+  int num_hidden_layers = 0;   ///< 93
+  int vocab_size = 0;          ///< 163840
+  float rms_norm_eps = 1e-6f;  ///< default 1e-6 when absent (Moonshot code); K3 sets 1e-5
+  float mla_norm_eps = 1e-6f;  ///< q_a/kv_a layernorm eps: KimiRMSNorm default (spec §3.3)
   bool tie_word_embeddings = false;
   int attn_res_block_size = 0;  ///< 12; 0 = no AttnRes (refused: K3 requires it)
   int bos_token_id = -1, eos_token_id = -1, pad_token_id = -1;
@@ -46,42 +46,42 @@ struct ModelConfig {
   bool mla_use_nope = false;
   bool mla_use_output_gate = false;
   // --- FFN / MoE ---
-  std::string hidden_act = "silu";     ///< "situ" for K3
-  float situ_beta = 1.0f;              ///< activation_situ_beta
+  std::string hidden_act = "silu";        ///< "situ" for K3
+  float situ_beta = 1.0f;                 ///< activation_situ_beta
   std::optional<float> situ_linear_beta;  ///< activation_situ_linear_beta (absent: up branch untransformed)
-  int intermediate_size = 0;           ///< dense MLP width (33792)
+  int intermediate_size = 0;              ///< dense MLP width (33792)
   int first_k_dense_replace = 0;
   int moe_layer_freq = 1;
-  int num_experts = 0;                 ///< 896
-  int num_experts_per_token = 0;       ///< top-k, 16
-  int num_shared_experts = 0;          ///< 2 -> one fused MLP of width num_shared_experts*moe_intermediate_size
-  int moe_intermediate_size = 0;       ///< 3072
-  int routed_expert_hidden_size = 0;   ///< latent width 3584
+  int num_experts = 0;                ///< 896
+  int num_experts_per_token = 0;      ///< top-k, 16
+  int num_shared_experts = 0;         ///< 2 -> one fused MLP of width num_shared_experts*moe_intermediate_size
+  int moe_intermediate_size = 0;      ///< 3072
+  int routed_expert_hidden_size = 0;  ///< latent width 3584
   bool latent_moe_use_norm = false;
   std::string moe_router_activation_func = "sigmoid";
   bool moe_renormalize = true;
   float routed_scaling_factor = 1.0f;
   int num_expert_group = 1, topk_group = 1;
   // --- KDA (linear_attn_config) ---
-  std::vector<int> kda_layers;         ///< 1-indexed, as in the file
-  std::vector<int> full_attn_layers;   ///< 1-indexed, as in the file
-  int kda_num_heads = 0;               ///< 96
-  int kda_head_dim = 0;                ///< 128
-  int short_conv_kernel_size = 0;      ///< 4
+  std::vector<int> kda_layers;            ///< 1-indexed, as in the file
+  std::vector<int> full_attn_layers;      ///< 1-indexed, as in the file
+  int kda_num_heads = 0;                  ///< 96
+  int kda_head_dim = 0;                   ///< 128
+  int short_conv_kernel_size = 0;         ///< 4
   std::optional<float> gate_lower_bound;  ///< -5 (K3 gate); absent = Kimi-Linear gate
   bool use_full_rank_gate = false;
   // --- quantization (informational; quantized tensors are found from the header, spec §1.4) ---
-  std::string quant_method;            ///< "compressed-tensors" or ""
-  std::string quant_format;            ///< "mxfp4-pack-quantized" or ""
-  int quant_group_size = 0;            ///< 32
+  std::string quant_method;  ///< "compressed-tensors" or ""
+  std::string quant_format;  ///< "mxfp4-pack-quantized" or ""
+  int quant_group_size = 0;  ///< 32
 
   /// Derived layer plan, size num_hidden_layers.
   std::vector<LayerSpec> plan;
 
   // --- derived helpers (from `plan`) ---
-  int n_kda_layers() const;                 ///< layers with attn == KDA (69 for K3)
-  int n_mla_layers() const;                 ///< layers with attn == MLA (24)
-  int n_moe_layers() const;                 ///< layers with ffn == LatentMoE (92)
+  int n_kda_layers() const;                    ///< layers with attn == KDA (69 for K3)
+  int n_mla_layers() const;                    ///< layers with attn == MLA (24)
+  int n_moe_layers() const;                    ///< layers with ffn == LatentMoE (92)
   std::vector<int> mla_layer_indices() const;  ///< 0-indexed, ascending
 };
 

@@ -49,7 +49,7 @@ DriveProbeResult probe_drive(const std::vector<std::string>& files, const DriveP
   };
   std::vector<std::unique_ptr<F>> fs;
   for (const std::string& p : files) {
-    struct stat sb{};
+    struct stat sb {};
     if (::stat(p.c_str(), &sb) != 0) throw Error(p + ": drive probe: cannot stat: " + std::strerror(errno));
     if (static_cast<uint64_t>(sb.st_size) < rec) continue;
     auto f = std::make_unique<F>();

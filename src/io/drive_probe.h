@@ -19,10 +19,10 @@ struct DriveProbeOptions {
 };
 
 struct DriveProbeResult {
-  double gbs = 0;          ///< bytes / wall seconds (1e9 bytes per second)
+  double gbs = 0;  ///< bytes / wall seconds (1e9 bytes per second)
   uint64_t bytes = 0;
   double seconds = 0;
-  bool direct = false;     ///< every read used O_DIRECT
+  bool direct = false;  ///< every read used O_DIRECT
   int64_t records = 0;
 };
 

@@ -38,9 +38,7 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 /// One shard: a buffered descriptor always, an O_DIRECT one while the file system accepts it.
 struct ShardFile {
@@ -137,8 +135,7 @@ struct ExpertStore::Impl {
     f->name = fname;
     f->path = (ck.dir() / fname).string();
     f->fd_buffered = ::open(f->path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (f->fd_buffered < 0)
-      throw Error(f->path + ": cannot open for expert streaming: " + std::strerror(errno));
+    if (f->fd_buffered < 0) throw Error(f->path + ": cannot open for expert streaming: " + std::strerror(errno));
     if (opt.direct) {
       f->fd_direct = ::open(f->path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
       f->direct_ok = f->fd_direct >= 0;  // EINVAL on tmpfs and other file systems without O_DIRECT
@@ -211,8 +208,7 @@ struct ExpertStore::Impl {
           r.len = align_up(end) - r.file_off;
           r.buf_off = s.buf_bytes;
           r.need_end = end - r.file_off;
-          for (size_t q = i; q < j; ++q)
-            s.tensor_off[pieces[q].part] = r.buf_off + (pieces[q].off - r.file_off);
+          for (size_t q = i; q < j; ++q) s.tensor_off[pieces[q].part] = r.buf_off + (pieces[q].off - r.file_off);
           s.buf_bytes += r.len;
           s.runs.push_back(r);
           i = j;
@@ -265,7 +261,8 @@ struct ExpertStore::Impl {
     bool direct = f.direct_ok.load();
     while (done < r.len) {
       const int fd = direct ? f.fd_direct : f.fd_buffered;
-      const ssize_t n = ::pread(fd, dst + done, static_cast<size_t>(r.len - done), static_cast<off_t>(r.file_off + done));
+      const ssize_t n =
+          ::pread(fd, dst + done, static_cast<size_t>(r.len - done), static_cast<off_t>(r.file_off + done));
       if (n < 0) {
         if (errno == EINTR) continue;
         if (direct && errno == EINVAL) {  // the file system refuses O_DIRECT here: buffered from now on
@@ -282,7 +279,7 @@ struct ExpertStore::Impl {
     (direct ? f.n_direct : f.n_buffered) += 1;
     got_bytes += done;
     if (done < r.need_end) {
-      struct stat sb{};
+      struct stat sb {};
       const long long size = ::fstat(f.fd_buffered, &sb) == 0 ? static_cast<long long>(sb.st_size) : -1;
       return "truncated shard: needs bytes [" + std::to_string(r.file_off) + ", " +
              std::to_string(r.file_off + r.need_end) + ") but the file has " + std::to_string(size) + " bytes";

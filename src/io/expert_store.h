@@ -44,14 +44,14 @@ struct ExpertStoreOptions {
 /// Counters since open (or the last reset_stats()). Bytes are those requested from the drive
 /// (aligned runs, so up to 8 KiB per run above the experts' own bytes).
 struct ExpertStoreStats {
-  uint64_t hits = 0;           ///< acquired experts already resident or being read
-  uint64_t misses = 0;         ///< acquired experts that needed a read
-  uint64_t reads = 0;          ///< pread calls that returned data
+  uint64_t hits = 0;    ///< acquired experts already resident or being read
+  uint64_t misses = 0;  ///< acquired experts that needed a read
+  uint64_t reads = 0;   ///< pread calls that returned data
   uint64_t bytes_read = 0;
   uint64_t evictions = 0;
-  uint64_t resident_bytes = 0; ///< now (pinned + cached)
-  double read_seconds = 0;     ///< sum over I/O threads of time spent inside pread
-  double wait_seconds = 0;     ///< time callers spent blocked in Lease::wait
+  uint64_t resident_bytes = 0;  ///< now (pinned + cached)
+  double read_seconds = 0;      ///< sum over I/O threads of time spent inside pread
+  double wait_seconds = 0;      ///< time callers spent blocked in Lease::wait
 };
 
 /// The three matrices of one routed expert, pointing into a store buffer (valid while pinned).

@@ -51,8 +51,7 @@ void add_tensor_bytes(WeightBytes& w, DType dtype, bool embedding, uint64_t nbyt
 WeightBytes weight_bytes(const std::vector<TensorBytes>& tensors) {
   const std::string embedding = tensor_name(TensorRole::EmbedTokens);
   WeightBytes w;
-  for (const TensorBytes& t : tensors)
-    add_tensor_bytes(w, t.dtype, text_tensor_name(t.name) == embedding, t.nbytes);
+  for (const TensorBytes& t : tensors) add_tensor_bytes(w, t.dtype, text_tensor_name(t.name) == embedding, t.nbytes);
   return w;
 }
 
@@ -109,10 +108,8 @@ MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w, const Pl
   p.transient = r.stream_experts ? static_cast<uint64_t>(2 * std::min<int64_t>(G, c.num_experts)) * p.expert_bytes : 0;
   const uint64_t fixed = p.trunk + p.states + p.prefix_cache + p.transient + p.reserve;
   const uint64_t left = r.ram_bytes > fixed ? r.ram_bytes - fixed : 0;
-  if (r.stream_experts)
-    p.expert_cache = r.expert_cache_bytes ? *r.expert_cache_bytes : std::min(left, p.experts_total);
-  else
-    p.expert_cache = p.experts_total;
+  if (r.stream_experts) p.expert_cache = r.expert_cache_bytes ? *r.expert_cache_bytes : std::min(left, p.experts_total);
+  else p.expert_cache = p.experts_total;
   p.expert_cache = std::min(p.expert_cache, p.experts_total);
   p.total = fixed + p.expert_cache;
   p.fits = p.total <= r.ram_bytes;
@@ -144,11 +141,12 @@ MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w, const Pl
       if (static_cast<int>(t) > static_cast<int>(r.trunk)) {
         const uint64_t tb = w.f32 + w.embedding + trunk_matrix_bytes(w.bf16, t);
         if (p.trunk - tb >= deficit)
-          hints.push_back("--trunk-type " + std::string(trunk_type_name(t)) + " (trunk " + gb(static_cast<double>(tb)) + ")");
+          hints.push_back("--trunk-type " + std::string(trunk_type_name(t)) + " (trunk " + gb(static_cast<double>(tb)) +
+                          ")");
       }
     if (p.states > r.ram_bytes / 10)
-      hints.push_back("a smaller -c or -np (states " + gb(static_cast<double>(p.state_per_seq)) + " per sequence at -c " +
-                      std::to_string(r.n_ctx) + ")");
+      hints.push_back("a smaller -c or -np (states " + gb(static_cast<double>(p.state_per_seq)) +
+                      " per sequence at -c " + std::to_string(r.n_ctx) + ")");
     if (p.prefix_cache > 0) hints.push_back("a smaller prefix cache");
     if (hints.empty()) hints.push_back("a machine with more RAM");
     why += "; try ";
@@ -170,18 +168,21 @@ std::string MemoryPlan::format() const {
                 req.stream_experts ? "streamed" : "mapped", static_cast<long long>(req.n_ctx),
                 static_cast<long long>(req.n_parallel));
   o += b;
-  line("trunk", static_cast<double>(trunk), "resident; embedding BF16, matrices " + std::string(trunk_type_name(req.trunk)));
+  line("trunk", static_cast<double>(trunk),
+       "resident; embedding BF16, matrices " + std::string(trunk_type_name(req.trunk)));
   line("states", static_cast<double>(states),
-       std::to_string(req.n_parallel) + " x " + gb(static_cast<double>(state_per_seq)) + " (KDA state + MLA cache at -c)");
+       std::to_string(req.n_parallel) + " x " + gb(static_cast<double>(state_per_seq)) +
+           " (KDA state + MLA cache at -c)");
   line("prefix cache", static_cast<double>(prefix_cache), "");
   line("expert buffers", static_cast<double>(transient), "experts pinned by one prefill chunk (2 groups)");
   line("reserve", static_cast<double>(reserve), "OS, activations, logits: max(2 GB, 3% of RAM)");
   if (req.stream_experts)
     line("expert cache", static_cast<double>(expert_cache),
-         std::to_string(experts_total ? 100.0 * static_cast<double>(expert_cache) / static_cast<double>(experts_total) : 0).substr(0, 5) +
+         std::to_string(experts_total ? 100.0 * static_cast<double>(expert_cache) / static_cast<double>(experts_total)
+                                      : 0)
+                 .substr(0, 5) +
              "% of " + gb(static_cast<double>(experts_total)) + " of experts (LRU)");
-  else
-    line("experts", static_cast<double>(expert_cache), "all routed experts resident (mapped)");
+  else line("experts", static_cast<double>(expert_cache), "all routed experts resident (mapped)");
   line("total", static_cast<double>(total), fits ? "fits" : "DOES NOT FIT");
   std::snprintf(b, sizeof b,
                 "  per token: %.2f GB of experts (%.1f MB each), expected hit rate %.1f%% (uniform routing) -> "

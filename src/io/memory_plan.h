@@ -67,12 +67,12 @@ WeightBytes weight_bytes(const Checkpoint& ck);
 WeightBytes weight_bytes(const ModelConfig& c);
 
 struct PlanRequest {
-  uint64_t ram_bytes = 0;                        ///< machine RAM
+  uint64_t ram_bytes = 0;  ///< machine RAM
   TrunkType trunk = TrunkType::BF16;
-  bool stream_experts = true;                    ///< false: experts mapped (all must be resident)
-  std::optional<uint64_t> expert_cache_bytes;    ///< unset: everything left after the rest
-  int64_t n_ctx = 4096;                          ///< -c
-  int64_t n_parallel = 1;                        ///< -np
+  bool stream_experts = true;                  ///< false: experts mapped (all must be resident)
+  std::optional<uint64_t> expert_cache_bytes;  ///< unset: everything left after the rest
+  int64_t n_ctx = 4096;                        ///< -c
+  int64_t n_parallel = 1;                      ///< -np
   uint64_t prefix_cache_bytes = 0;
   double ram_gbs = 0;    ///< RAM read bandwidth (0 = unknown: no speed estimate)
   double drive_gbs = 0;  ///< drive read bandwidth for expert-sized reads (0 = unknown)
@@ -81,13 +81,13 @@ struct PlanRequest {
 struct MemoryPlan {
   PlanRequest req;
   uint64_t trunk = 0, states = 0, state_per_seq = 0, prefix_cache = 0, transient = 0, reserve = 0;
-  uint64_t expert_cache = 0;     ///< streamed: the cache; mapped: all experts
-  uint64_t experts_total = 0;    ///< all routed experts
-  uint64_t expert_bytes = 0;     ///< one expert
-  uint64_t total = 0;            ///< sum of the above that must be resident
+  uint64_t expert_cache = 0;   ///< streamed: the cache; mapped: all experts
+  uint64_t experts_total = 0;  ///< all routed experts
+  uint64_t expert_bytes = 0;   ///< one expert
+  uint64_t total = 0;          ///< sum of the above that must be resident
   bool fits = false;
-  std::string refusal;           ///< when !fits: the numbers and a suggestion
-  double hit_rate = 0;           ///< expected (uniform routing, see above)
+  std::string refusal;  ///< when !fits: the numbers and a suggestion
+  double hit_rate = 0;  ///< expected (uniform routing, see above)
   double expert_bytes_per_token = 0, drive_bytes_per_token = 0, ram_bytes_per_token = 0;
   double tokens_per_s_serial = 0, tokens_per_s_overlapped = 0;  ///< 0 when a bandwidth is unknown
   /// Multi-line human report (what goes where, the arithmetic, the speed, the verdict).

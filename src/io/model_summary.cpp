@@ -20,8 +20,7 @@ uint64_t StateBytes::mla_bytes(int64_t n_tokens) const {
 
 uint64_t StateBytes::total(int64_t n_tokens) const {
   const auto t = checked_add(kda_total, mla_bytes(n_tokens));
-  if (!t)
-    throw Error("-c/--ctx: the state for " + std::to_string(n_tokens) + " tokens exceeds 2^64 bytes");
+  if (!t) throw Error("-c/--ctx: the state for " + std::to_string(n_tokens) + " tokens exceeds 2^64 bytes");
   return *t;
 }
 
@@ -42,8 +41,7 @@ ParamCounts count_params(const ModelConfig& c) {
       case TensorGroup::MoE:
         if (s.role == TensorRole::SharedGate || s.role == TensorRole::SharedUp || s.role == TensorRole::SharedDown)
           p.moe_shared += n;
-        else if (s.role == TensorRole::MoeRouter || s.role == TensorRole::MoeRouterBias)
-          p.moe_router += n;
+        else if (s.role == TensorRole::MoeRouter || s.role == TensorRole::MoeRouterBias) p.moe_router += n;
         else p.moe_latent += n;
         break;
       case TensorGroup::Expert:
@@ -52,8 +50,8 @@ ParamCounts count_params(const ModelConfig& c) {
         break;
     }
   });
-  p.total = p.embedding + p.lm_head + p.attention_kda + p.attention_mla + p.dense_mlp + p.moe_shared +
-            p.moe_latent + p.moe_router + p.routed_experts + p.norms_attn_res;
+  p.total = p.embedding + p.lm_head + p.attention_kda + p.attention_mla + p.dense_mlp + p.moe_shared + p.moe_latent +
+            p.moe_router + p.routed_experts + p.norms_attn_res;
   p.active = p.total - p.embedding - (p.routed_experts - p.routed_active);
   return p;
 }

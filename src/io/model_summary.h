@@ -14,18 +14,18 @@ namespace k3 {
 
 /// Logical parameter counts (an MXFP4 matrix [rows, cols] counts rows*cols parameters).
 struct ParamCounts {
-  int64_t embedding = 0;        ///< embed_tokens
-  int64_t lm_head = 0;          ///< 0 when tied
-  int64_t attention_kda = 0;    ///< all KDA tensors (projections, conv taps, gates, A_log, norms)
-  int64_t attention_mla = 0;    ///< all MLA tensors
-  int64_t dense_mlp = 0;        ///< dense SiTU MLPs
-  int64_t moe_shared = 0;       ///< shared experts
-  int64_t moe_latent = 0;       ///< routed_expert_down_proj / norm / up_proj
-  int64_t moe_router = 0;       ///< gate.weight + e_score_correction_bias
-  int64_t routed_experts = 0;   ///< all routed experts of all MoE layers
-  int64_t routed_active = 0;    ///< top-k routed experts of all MoE layers
-  int64_t norms_attn_res = 0;   ///< per-layer norms + AttnRes vectors + final norm/output AttnRes
-  int64_t total = 0;            ///< sum of all of the above (except routed_active)
+  int64_t embedding = 0;       ///< embed_tokens
+  int64_t lm_head = 0;         ///< 0 when tied
+  int64_t attention_kda = 0;   ///< all KDA tensors (projections, conv taps, gates, A_log, norms)
+  int64_t attention_mla = 0;   ///< all MLA tensors
+  int64_t dense_mlp = 0;       ///< dense SiTU MLPs
+  int64_t moe_shared = 0;      ///< shared experts
+  int64_t moe_latent = 0;      ///< routed_expert_down_proj / norm / up_proj
+  int64_t moe_router = 0;      ///< gate.weight + e_score_correction_bias
+  int64_t routed_experts = 0;  ///< all routed experts of all MoE layers
+  int64_t routed_active = 0;   ///< top-k routed experts of all MoE layers
+  int64_t norms_attn_res = 0;  ///< per-layer norms + AttnRes vectors + final norm/output AttnRes
+  int64_t total = 0;           ///< sum of all of the above (except routed_active)
   /// Per token: everything except the embedding table and the (num_experts - top_k) routed
   /// experts not selected (an embedding row lookup is not a matmul). K3: ~104.2e9.
   int64_t active = 0;

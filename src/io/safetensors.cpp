@@ -42,8 +42,8 @@ bool as_u64(const json& j, uint64_t& out) {
   return false;
 }
 
-SafetensorsEntry parse_entry(const std::string& name, const json& v, uint64_t data_size,
-                             uint64_t data_start, const std::string& origin) {
+SafetensorsEntry parse_entry(const std::string& name, const json& v, uint64_t data_size, uint64_t data_start,
+                             const std::string& origin) {
   const std::string where = origin + ": safetensors header: tensor '" + name + "': ";
   if (!v.is_object()) throw Error(where + "expected an object, found " + json_type_name(v));
   SafetensorsEntry e;
@@ -53,7 +53,9 @@ SafetensorsEntry parse_entry(const std::string& name, const json& v, uint64_t da
   if (!it->is_string()) throw Error(where + "\"dtype\" must be a string, found " + json_type_name(*it));
   const auto& ds = it->get_ref<const std::string&>();
   auto dt = dtype_from_name(ds);
-  if (!dt) throw Error(where + "unknown dtype \"" + ds + "\" (expected one of BF16 F16 F32 F64 I8 U8 I16 I32 I64 BOOL F8_E4M3 F8_E5M2)");
+  if (!dt)
+    throw Error(where + "unknown dtype \"" + ds +
+                "\" (expected one of BF16 F16 F32 F64 I8 U8 I16 I32 I64 BOOL F8_E4M3 F8_E5M2)");
   e.dtype = *dt;
 
   it = v.find("shape");
@@ -65,14 +67,17 @@ SafetensorsEntry parse_entry(const std::string& name, const json& v, uint64_t da
   for (size_t i = 0; i < it->size(); ++i) {
     uint64_t d;
     if (!as_u64((*it)[i], d) || d > static_cast<uint64_t>(INT64_MAX))
-      throw Error(where + "shape[" + std::to_string(i) + "] must be a non-negative integer, found " +
-                  (*it)[i].dump());
+      throw Error(where + "shape[" + std::to_string(i) + "] must be a non-negative integer, found " + (*it)[i].dump());
     e.shape.push_back(static_cast<int64_t>(d));
     auto m = checked_mul(numel, d);
-    if (!m) overflow = true; else numel = *m;
+    if (!m) overflow = true;
+    else numel = *m;
   }
   // A zero dimension makes the product 0 regardless of earlier overflow.
-  if (std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end()) { numel = 0; overflow = false; }
+  if (std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end()) {
+    numel = 0;
+    overflow = false;
+  }
   auto bytes = overflow ? std::nullopt : checked_mul(numel, dtype_size(e.dtype));
 
   it = v.find("data_offsets");
@@ -80,19 +85,16 @@ SafetensorsEntry parse_entry(const std::string& name, const json& v, uint64_t da
   uint64_t b = 0, en = 0;
   if (!it->is_array() || it->size() != 2 || !as_u64((*it)[0], b) || !as_u64((*it)[1], en))
     throw Error(where + "\"data_offsets\" must be [begin, end] of non-negative integers, found " + it->dump());
-  if (b > en)
-    throw Error(where + "data_offsets begin " + std::to_string(b) + " > end " + std::to_string(en));
+  if (b > en) throw Error(where + "data_offsets begin " + std::to_string(b) + " > end " + std::to_string(en));
   if (en > data_size)
     throw Error(where + "data_offsets [" + std::to_string(b) + ", " + std::to_string(en) +
                 ") outside the data region of " + std::to_string(data_size) + " bytes (file truncated? the file has " +
-                std::to_string(data_start + data_size) + " bytes, this tensor needs " + std::to_string(data_start + en) +
-                ")");
-  if (!bytes)
-    throw Error(where + "shape " + shape_str + ": byte count overflows 64 bits");
+                std::to_string(data_start + data_size) + " bytes, this tensor needs " +
+                std::to_string(data_start + en) + ")");
+  if (!bytes) throw Error(where + "shape " + shape_str + ": byte count overflows 64 bits");
   if (*bytes != en - b)
-    throw Error(where + "shape/bytes mismatch: " + std::string(dtype_name(e.dtype)) + " shape " +
-                shape_str + " needs " + std::to_string(*bytes) + " bytes but data_offsets span " +
-                std::to_string(en - b));
+    throw Error(where + "shape/bytes mismatch: " + std::string(dtype_name(e.dtype)) + " shape " + shape_str +
+                " needs " + std::to_string(*bytes) + " bytes but data_offsets span " + std::to_string(en - b));
   e.offset = data_start + b;
   e.nbytes = en - b;
   return e;
@@ -116,8 +118,8 @@ SafetensorsHeader parse_safetensors_prefix(std::span<const uint8_t> bytes, uint6
     throw Error(origin + ": safetensors header length " + std::to_string(h.header_len) +
                 " exceeds file size - 8 = " + std::to_string(avail) + " (truncated or not safetensors)");
   if (h.header_len > kSafetensorsMaxHeader)
-    throw Error(origin + ": safetensors header length " + std::to_string(h.header_len) +
-                " exceeds the limit of " + std::to_string(kSafetensorsMaxHeader) + " bytes");
+    throw Error(origin + ": safetensors header length " + std::to_string(h.header_len) + " exceeds the limit of " +
+                std::to_string(kSafetensorsMaxHeader) + " bytes");
   if (bytes.size() - 8 < h.header_len)
     throw Error(origin + ": safetensors header of " + std::to_string(h.header_len) + " bytes not fully read (" +
                 std::to_string(bytes.size() - 8) + " bytes available)");
@@ -125,8 +127,7 @@ SafetensorsHeader parse_safetensors_prefix(std::span<const uint8_t> bytes, uint6
   const uint64_t data_size = avail - h.header_len;
   std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), h.header_len);
   json j = parse_json_strict(text, origin + ": safetensors header");
-  if (!j.is_object())
-    throw Error(origin + ": safetensors header must be a JSON object, found " + json_type_name(j));
+  if (!j.is_object()) throw Error(origin + ": safetensors header must be a JSON object, found " + json_type_name(j));
   h.entries.reserve(j.size());
   for (auto& [name, v] : j.items()) {
     if (name == "__metadata__") {
@@ -134,8 +135,8 @@ SafetensorsHeader parse_safetensors_prefix(std::span<const uint8_t> bytes, uint6
         throw Error(origin + ": safetensors header: \"__metadata__\" must be an object, found " + json_type_name(v));
       for (auto& [k, s] : v.items()) {
         if (!s.is_string())
-          throw Error(origin + ": safetensors header: \"__metadata__\"[\"" + k +
-                      "\"] must be a string, found " + json_type_name(s));
+          throw Error(origin + ": safetensors header: \"__metadata__\"[\"" + k + "\"] must be a string, found " +
+                      json_type_name(s));
         h.metadata[k] = s.get<std::string>();
       }
       continue;
@@ -143,9 +144,8 @@ SafetensorsHeader parse_safetensors_prefix(std::span<const uint8_t> bytes, uint6
     if (name.empty()) throw Error(origin + ": safetensors header: empty tensor name");
     h.entries.push_back(parse_entry(name, v, data_size, h.data_start, origin));
   }
-  std::sort(h.entries.begin(), h.entries.end(), [](const auto& a, const auto& b) {
-    return a.offset != b.offset ? a.offset < b.offset : a.name < b.name;
-  });
+  std::sort(h.entries.begin(), h.entries.end(),
+            [](const auto& a, const auto& b) { return a.offset != b.offset ? a.offset < b.offset : a.name < b.name; });
   // Overlap: ranges sorted by start; zero-length ranges overlap nothing.
   const SafetensorsEntry* prev = nullptr;
   for (const auto& e : h.entries) {
@@ -154,8 +154,8 @@ SafetensorsHeader parse_safetensors_prefix(std::span<const uint8_t> bytes, uint6
       throw Error(origin + ": safetensors header: tensors '" + prev->name + "' and '" + e.name +
                   "' overlap (data_offsets [" + std::to_string(prev->offset - h.data_start) + ", " +
                   std::to_string(prev->offset + prev->nbytes - h.data_start) + ") and [" +
-                  std::to_string(e.offset - h.data_start) + ", " +
-                  std::to_string(e.offset + e.nbytes - h.data_start) + "))");
+                  std::to_string(e.offset - h.data_start) + ", " + std::to_string(e.offset + e.nbytes - h.data_start) +
+                  "))");
     prev = &e;
   }
   return h;
@@ -182,8 +182,9 @@ SafetensorsHeader read_safetensors_header(const std::filesystem::path& path, uin
     while (got < n) {
       const ssize_t r = ::pread(fd, dst + got, n - got, static_cast<off_t>(off + got));
       if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) throw Error(origin + ": read error at byte " + std::to_string(off + got) + ": " +
-                              (r < 0 ? std::strerror(errno) : "unexpected end of file"));
+      if (r <= 0)
+        throw Error(origin + ": read error at byte " + std::to_string(off + got) + ": " +
+                    (r < 0 ? std::strerror(errno) : "unexpected end of file"));
       got += static_cast<uint64_t>(r);
     }
   };

@@ -31,8 +31,8 @@ struct SafetensorsEntry {
 
 /// A validated header. Entries are in data-offset order (ties by name).
 struct SafetensorsHeader {
-  uint64_t header_len = 0;    ///< N
-  uint64_t data_start = 0;    ///< 8 + N
+  uint64_t header_len = 0;  ///< N
+  uint64_t data_start = 0;  ///< 8 + N
   std::vector<SafetensorsEntry> entries;
   std::map<std::string, std::string> metadata;  ///< "__metadata__" (empty when absent)
 };

@@ -78,8 +78,7 @@ TensorScan scan_tensor(const TensorView& t) {
         }
       }
       break;
-    default:
-      break;
+    default: break;
   }
   return r;
 }

@@ -15,11 +15,11 @@ namespace k3 {
 inline constexpr uint8_t kMaxPlausibleE8M0 = 127 + 64;
 
 struct TensorScan {
-  uint64_t n_nan = 0;      ///< NaN values (or NaN scale bytes 0xFF)
-  uint64_t n_inf = 0;      ///< +-Inf values
+  uint64_t n_nan = 0;         ///< NaN values (or NaN scale bytes 0xFF)
+  uint64_t n_inf = 0;         ///< +-Inf values
   uint64_t n_huge_scale = 0;  ///< E8M0 scale bytes in (kMaxPlausibleE8M0, 0xFF)
-  int64_t first_bad = -1;  ///< element index of the first finding, -1 when none
-  bool scanned = false;    ///< false for dtypes without non-finite values (integers, packed E2M1)
+  int64_t first_bad = -1;     ///< element index of the first finding, -1 when none
+  bool scanned = false;       ///< false for dtypes without non-finite values (integers, packed E2M1)
   bool ok() const { return n_nan == 0 && n_inf == 0 && n_huge_scale == 0; }
   /// e.g. "3 NaN, 1 Inf, first at element 17 (index [0, 17])"; "" when ok().
   std::string describe(const TensorView& t) const;

@@ -39,25 +39,33 @@ std::vector<TensorKind> make_rows() {
   std::vector<TensorKind> t;
   // §2.1 globals
   t.push_back(row(R::EmbedTokens, "embed_tokens", G::Global, "model.embed_tokens.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {c.vocab_size, D(c)}; }));
-  t.push_back(row(R::LmHead, "lm_head", G::Global, "lm_head.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {c.vocab_size, D(c)}; }, untied, "!tie_word_embeddings"));
+                  [](const ModelConfig& c) -> Shape {
+                    return {c.vocab_size, D(c)};
+                  }));
+  t.push_back(row(
+      R::LmHead, "lm_head", G::Global, "lm_head.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {c.vocab_size, D(c)};
+      },
+      untied, "!tie_word_embeddings"));
   t.push_back(row(R::FinalNorm, "norm", G::Global, "model.norm.weight", kBF16,
                   [](const ModelConfig& c) -> Shape { return {D(c)}; }));
   t.push_back(row(R::OutResNorm, "output_attn_res_norm", G::Global, "model.output_attn_res_norm.weight", kBF16,
                   [](const ModelConfig& c) -> Shape { return {D(c)}; }));
   t.push_back(row(R::OutResProj, "output_attn_res_proj", G::Global, "model.output_attn_res_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {1, D(c)}; }));
+                  [](const ModelConfig& c) -> Shape {
+                    return {1, D(c)};
+                  }));
   // §2.2 every layer
   auto vecD = [](const ModelConfig& c) -> Shape { return {D(c)}; };
   auto rowD = [](const ModelConfig& c) -> Shape { return {1, D(c)}; };
   t.push_back(row(R::InputNorm, "input_layernorm", G::Common, L + "input_layernorm.weight", kBF16, vecD));
-  t.push_back(row(R::PostAttnNorm, "post_attention_layernorm", G::Common, L + "post_attention_layernorm.weight",
-                  kBF16, vecD));
-  t.push_back(row(R::AttnResNorm, "self_attention_res_norm", G::Common, L + "self_attention_res_norm.weight",
-                  kBF16, vecD));
-  t.push_back(row(R::AttnResProj, "self_attention_res_proj", G::Common, L + "self_attention_res_proj.weight",
-                  kBF16, rowD));
+  t.push_back(
+      row(R::PostAttnNorm, "post_attention_layernorm", G::Common, L + "post_attention_layernorm.weight", kBF16, vecD));
+  t.push_back(
+      row(R::AttnResNorm, "self_attention_res_norm", G::Common, L + "self_attention_res_norm.weight", kBF16, vecD));
+  t.push_back(
+      row(R::AttnResProj, "self_attention_res_proj", G::Common, L + "self_attention_res_proj.weight", kBF16, rowD));
   t.push_back(row(R::MlpResNorm, "mlp_res_norm", G::Common, L + "mlp_res_norm.weight", kBF16, vecD));
   t.push_back(row(R::MlpResProj, "mlp_res_proj", G::Common, L + "mlp_res_proj.weight", kBF16, rowD));
   // §2.3 KDA
@@ -69,80 +77,118 @@ std::vector<TensorKind> make_rows() {
   t.push_back(row(R::KdaQConv, "kda.q_conv1d", G::KDA, A + "q_conv1d.weight", kF32, conv));
   t.push_back(row(R::KdaKConv, "kda.k_conv1d", G::KDA, A + "k_conv1d.weight", kF32, conv));
   t.push_back(row(R::KdaVConv, "kda.v_conv1d", G::KDA, A + "v_conv1d.weight", kF32, conv));
-  t.push_back(row(R::KdaFA, "kda.f_a_proj", G::KDA, A + "f_a_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {c.kda_head_dim, D(c)}; }));
-  t.push_back(row(R::KdaFB, "kda.f_b_proj", G::KDA, A + "f_b_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {C(c), c.kda_head_dim}; }));
-  t.push_back(row(R::KdaBProj, "kda.b_proj", G::KDA, A + "b_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {c.kda_num_heads, D(c)}; }));
+  t.push_back(row(R::KdaFA, "kda.f_a_proj", G::KDA, A + "f_a_proj.weight", kBF16, [](const ModelConfig& c) -> Shape {
+    return {c.kda_head_dim, D(c)};
+  }));
+  t.push_back(row(R::KdaFB, "kda.f_b_proj", G::KDA, A + "f_b_proj.weight", kBF16, [](const ModelConfig& c) -> Shape {
+    return {C(c), c.kda_head_dim};
+  }));
+  t.push_back(row(R::KdaBProj, "kda.b_proj", G::KDA, A + "b_proj.weight", kBF16, [](const ModelConfig& c) -> Shape {
+    return {c.kda_num_heads, D(c)};
+  }));
   t.push_back(row(R::KdaGProj, "kda.g_proj", G::KDA, A + "g_proj.weight", kBF16, CD));
   t.push_back(row(R::KdaDtBias, "kda.dt_bias", G::KDA, A + "dt_bias", kF32,
                   [](const ModelConfig& c) -> Shape { return {C(c)}; }));
-  t.push_back(row(R::KdaALog, "kda.A_log", G::KDA, A + "A_log", kF32,
-                  [](const ModelConfig& c) -> Shape { return {c.kda_num_heads}; }, nullptr, "", St::Plain, true));
+  t.push_back(row(
+      R::KdaALog, "kda.A_log", G::KDA, A + "A_log", kF32,
+      [](const ModelConfig& c) -> Shape { return {c.kda_num_heads}; }, nullptr, "", St::Plain, true));
   t.push_back(row(R::KdaONorm, "kda.o_norm", G::KDA, A + "o_norm.weight", kF32,
                   [](const ModelConfig& c) -> Shape { return {c.kda_head_dim}; }));
-  t.push_back(row(R::KdaOProj, "kda.o_proj", G::KDA, A + "o_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {D(c), C(c)}; }));
+  t.push_back(row(R::KdaOProj, "kda.o_proj", G::KDA, A + "o_proj.weight", kBF16, [](const ModelConfig& c) -> Shape {
+    return {D(c), C(c)};
+  }));
   // §2.4 MLA
-  t.push_back(row(R::MlaQA, "mla.q_a_proj", G::MLA, A + "q_a_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {c.q_lora_rank, D(c)}; }));
+  t.push_back(row(R::MlaQA, "mla.q_a_proj", G::MLA, A + "q_a_proj.weight", kBF16, [](const ModelConfig& c) -> Shape {
+    return {c.q_lora_rank, D(c)};
+  }));
   t.push_back(row(R::MlaQANorm, "mla.q_a_layernorm", G::MLA, A + "q_a_layernorm.weight", kBF16,
                   [](const ModelConfig& c) -> Shape { return {c.q_lora_rank}; }));
-  t.push_back(row(R::MlaQB, "mla.q_b_proj", G::MLA, A + "q_b_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape {
-                    return {int64_t{c.num_attention_heads} * (c.qk_nope_head_dim + c.qk_rope_head_dim), c.q_lora_rank};
-                  }));
+  t.push_back(row(R::MlaQB, "mla.q_b_proj", G::MLA, A + "q_b_proj.weight", kBF16, [](const ModelConfig& c) -> Shape {
+    return {int64_t{c.num_attention_heads} * (c.qk_nope_head_dim + c.qk_rope_head_dim), c.q_lora_rank};
+  }));
   t.push_back(row(R::MlaKvA, "mla.kv_a_proj_with_mqa", G::MLA, A + "kv_a_proj_with_mqa.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {int64_t{c.kv_lora_rank} + c.qk_rope_head_dim, D(c)}; }));
+                  [](const ModelConfig& c) -> Shape {
+                    return {int64_t{c.kv_lora_rank} + c.qk_rope_head_dim, D(c)};
+                  }));
   t.push_back(row(R::MlaKvANorm, "mla.kv_a_layernorm", G::MLA, A + "kv_a_layernorm.weight", kBF16,
                   [](const ModelConfig& c) -> Shape { return {c.kv_lora_rank}; }));
-  t.push_back(row(R::MlaKvB, "mla.kv_b_proj", G::MLA, A + "kv_b_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape {
-                    return {int64_t{c.num_attention_heads} * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank};
-                  }));
-  t.push_back(row(R::MlaGProj, "mla.g_proj", G::MLA, A + "g_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {int64_t{c.num_attention_heads} * c.v_head_dim, D(c)}; },
-                  output_gate, "mla_use_output_gate"));
-  t.push_back(row(R::MlaOProj, "mla.o_proj", G::MLA, A + "o_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {D(c), int64_t{c.num_attention_heads} * c.v_head_dim}; }));
+  t.push_back(row(R::MlaKvB, "mla.kv_b_proj", G::MLA, A + "kv_b_proj.weight", kBF16, [](const ModelConfig& c) -> Shape {
+    return {int64_t{c.num_attention_heads} * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank};
+  }));
+  t.push_back(row(
+      R::MlaGProj, "mla.g_proj", G::MLA, A + "g_proj.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {int64_t{c.num_attention_heads} * c.v_head_dim, D(c)};
+      },
+      output_gate, "mla_use_output_gate"));
+  t.push_back(row(R::MlaOProj, "mla.o_proj", G::MLA, A + "o_proj.weight", kBF16, [](const ModelConfig& c) -> Shape {
+    return {D(c), int64_t{c.num_attention_heads} * c.v_head_dim};
+  }));
   // §2.5 dense MLP
   t.push_back(row(R::MlpGate, "mlp.gate_proj", G::DenseMLP, L + "mlp.gate_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {c.intermediate_size, D(c)}; }));
-  t.push_back(row(R::MlpUp, "mlp.up_proj", G::DenseMLP, L + "mlp.up_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {c.intermediate_size, D(c)}; }));
+                  [](const ModelConfig& c) -> Shape {
+                    return {c.intermediate_size, D(c)};
+                  }));
+  t.push_back(
+      row(R::MlpUp, "mlp.up_proj", G::DenseMLP, L + "mlp.up_proj.weight", kBF16, [](const ModelConfig& c) -> Shape {
+        return {c.intermediate_size, D(c)};
+      }));
   t.push_back(row(R::MlpDown, "mlp.down_proj", G::DenseMLP, L + "mlp.down_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {D(c), c.intermediate_size}; }));
+                  [](const ModelConfig& c) -> Shape {
+                    return {D(c), c.intermediate_size};
+                  }));
   // §2.6 LatentMoE
-  t.push_back(row(R::MoeRouter, "moe.gate", G::MoE, M + "gate.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {c.num_experts, D(c)}; }));
+  t.push_back(row(R::MoeRouter, "moe.gate", G::MoE, M + "gate.weight", kBF16, [](const ModelConfig& c) -> Shape {
+    return {c.num_experts, D(c)};
+  }));
   t.push_back(row(R::MoeRouterBias, "moe.e_score_correction_bias", G::MoE, M + "gate.e_score_correction_bias", kF32,
                   [](const ModelConfig& c) -> Shape { return {c.num_experts}; }));
-  t.push_back(row(R::MoeLatentDown, "moe.routed_expert_down_proj", G::MoE, M + "routed_expert_down_proj.weight",
-                  kBF16, [](const ModelConfig& c) -> Shape { return {c.routed_expert_hidden_size, D(c)}; }));
-  t.push_back(row(R::MoeLatentNorm, "moe.routed_expert_norm", G::MoE, M + "routed_expert_norm.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {c.routed_expert_hidden_size}; }, latent_norm,
-                  "latent_moe_use_norm"));
+  t.push_back(row(R::MoeLatentDown, "moe.routed_expert_down_proj", G::MoE, M + "routed_expert_down_proj.weight", kBF16,
+                  [](const ModelConfig& c) -> Shape {
+                    return {c.routed_expert_hidden_size, D(c)};
+                  }));
+  t.push_back(row(
+      R::MoeLatentNorm, "moe.routed_expert_norm", G::MoE, M + "routed_expert_norm.weight", kBF16,
+      [](const ModelConfig& c) -> Shape { return {c.routed_expert_hidden_size}; }, latent_norm, "latent_moe_use_norm"));
   t.push_back(row(R::MoeLatentUp, "moe.routed_expert_up_proj", G::MoE, M + "routed_expert_up_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {D(c), c.routed_expert_hidden_size}; }));
-  t.push_back(row(R::SharedGate, "moe.shared_experts.gate_proj", G::MoE, M + "shared_experts.gate_proj.weight",
-                  kBF16, [](const ModelConfig& c) -> Shape { return {S(c), D(c)}; }, shared, "num_shared_experts > 0"));
-  t.push_back(row(R::SharedUp, "moe.shared_experts.up_proj", G::MoE, M + "shared_experts.up_proj.weight", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {S(c), D(c)}; }, shared, "num_shared_experts > 0"));
-  t.push_back(row(R::SharedDown, "moe.shared_experts.down_proj", G::MoE, M + "shared_experts.down_proj.weight",
-                  kBF16, [](const ModelConfig& c) -> Shape { return {D(c), S(c)}; }, shared, "num_shared_experts > 0"));
+                  [](const ModelConfig& c) -> Shape {
+                    return {D(c), c.routed_expert_hidden_size};
+                  }));
+  t.push_back(row(
+      R::SharedGate, "moe.shared_experts.gate_proj", G::MoE, M + "shared_experts.gate_proj.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {S(c), D(c)};
+      },
+      shared, "num_shared_experts > 0"));
+  t.push_back(row(
+      R::SharedUp, "moe.shared_experts.up_proj", G::MoE, M + "shared_experts.up_proj.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {S(c), D(c)};
+      },
+      shared, "num_shared_experts > 0"));
+  t.push_back(row(
+      R::SharedDown, "moe.shared_experts.down_proj", G::MoE, M + "shared_experts.down_proj.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {D(c), S(c)};
+      },
+      shared, "num_shared_experts > 0"));
   // §2.6 routed experts
   auto gate_up = [](const ModelConfig& c) -> Shape { return {c.moe_intermediate_size, c.routed_expert_hidden_size}; };
   t.push_back(row(R::ExpertW1, "expert.w1", G::Expert, X + "w1", kBF16, gate_up, nullptr, "", St::Mxfp4));
-  t.push_back(row(R::ExpertW2, "expert.w2", G::Expert, X + "w2", kBF16,
-                  [](const ModelConfig& c) -> Shape { return {c.routed_expert_hidden_size, c.moe_intermediate_size}; },
-                  nullptr, "", St::Mxfp4));
+  t.push_back(row(
+      R::ExpertW2, "expert.w2", G::Expert, X + "w2", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {c.routed_expert_hidden_size, c.moe_intermediate_size};
+      },
+      nullptr, "", St::Mxfp4));
   t.push_back(row(R::ExpertW3, "expert.w3", G::Expert, X + "w3", kBF16, gate_up, nullptr, "", St::Mxfp4));
   for (size_t i = 0; i < t.size(); ++i)
     if (static_cast<size_t>(t[i].role) != i)
-      throw Error(std::string("tensor table: row ") + std::to_string(i) + " ('" + t[i].id + "') is out of TensorRole order");
+      throw Error(std::string("tensor table: row ") + std::to_string(i) + " ('" + t[i].id +
+                  "') is out of TensorRole order");
   if (static_cast<int>(t.size()) != kTensorRoleCount)
-    throw Error("tensor table: " + std::to_string(t.size()) + " rows for " + std::to_string(kTensorRoleCount) + " roles");
+    throw Error("tensor table: " + std::to_string(t.size()) + " rows for " + std::to_string(kTensorRoleCount) +
+                " roles");
   return t;
 }
 

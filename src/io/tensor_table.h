@@ -49,59 +49,59 @@ enum class TensorStorage {
 /// S = num_shared_experts·Im.
 enum class TensorRole : uint8_t {
   // §2.1 globals
-  EmbedTokens,       ///< model.embed_tokens.weight            BF16 [V, D]
-  LmHead,            ///< lm_head.weight                       BF16 [V, D]; absent when tie_word_embeddings
-  FinalNorm,         ///< model.norm.weight                    BF16 [D]
-  OutResNorm,        ///< model.output_attn_res_norm.weight    BF16 [D]
-  OutResProj,        ///< model.output_attn_res_proj.weight    BF16 [1, D]
+  EmbedTokens,  ///< model.embed_tokens.weight            BF16 [V, D]
+  LmHead,       ///< lm_head.weight                       BF16 [V, D]; absent when tie_word_embeddings
+  FinalNorm,    ///< model.norm.weight                    BF16 [D]
+  OutResNorm,   ///< model.output_attn_res_norm.weight    BF16 [D]
+  OutResProj,   ///< model.output_attn_res_proj.weight    BF16 [1, D]
   // §2.2 every layer (prefix model.layers.{il}.)
-  InputNorm,         ///< input_layernorm.weight               BF16 [D]
-  PostAttnNorm,      ///< post_attention_layernorm.weight      BF16 [D]
-  AttnResNorm,       ///< self_attention_res_norm.weight       BF16 [D]
-  AttnResProj,       ///< self_attention_res_proj.weight       BF16 [1, D]
-  MlpResNorm,        ///< mlp_res_norm.weight                  BF16 [D]
-  MlpResProj,        ///< mlp_res_proj.weight                  BF16 [1, D]
+  InputNorm,     ///< input_layernorm.weight               BF16 [D]
+  PostAttnNorm,  ///< post_attention_layernorm.weight      BF16 [D]
+  AttnResNorm,   ///< self_attention_res_norm.weight       BF16 [D]
+  AttnResProj,   ///< self_attention_res_proj.weight       BF16 [1, D]
+  MlpResNorm,    ///< mlp_res_norm.weight                  BF16 [D]
+  MlpResProj,    ///< mlp_res_proj.weight                  BF16 [1, D]
   // §2.3 KDA (prefix model.layers.{il}.self_attn.)
-  KdaQProj,          ///< q_proj.weight                        BF16 [C, D]
-  KdaKProj,          ///< k_proj.weight                        BF16 [C, D]
-  KdaVProj,          ///< v_proj.weight                        BF16 [C, D]
-  KdaQConv,          ///< q_conv1d.weight                      F32 [C, 1, K]
-  KdaKConv,          ///< k_conv1d.weight                      F32 [C, 1, K]
-  KdaVConv,          ///< v_conv1d.weight                      F32 [C, 1, K]
-  KdaFA,             ///< f_a_proj.weight                      BF16 [d, D]
-  KdaFB,             ///< f_b_proj.weight                      BF16 [C, d]
-  KdaBProj,          ///< b_proj.weight                        BF16 [H, D]
-  KdaGProj,          ///< g_proj.weight                        BF16 [C, D]
-  KdaDtBias,         ///< dt_bias                              F32 [C]
-  KdaALog,           ///< A_log                                F32 [H], may be zero-padded along dim 0
-  KdaONorm,          ///< o_norm.weight                        F32 [d]
-  KdaOProj,          ///< o_proj.weight                        BF16 [D, C]
+  KdaQProj,   ///< q_proj.weight                        BF16 [C, D]
+  KdaKProj,   ///< k_proj.weight                        BF16 [C, D]
+  KdaVProj,   ///< v_proj.weight                        BF16 [C, D]
+  KdaQConv,   ///< q_conv1d.weight                      F32 [C, 1, K]
+  KdaKConv,   ///< k_conv1d.weight                      F32 [C, 1, K]
+  KdaVConv,   ///< v_conv1d.weight                      F32 [C, 1, K]
+  KdaFA,      ///< f_a_proj.weight                      BF16 [d, D]
+  KdaFB,      ///< f_b_proj.weight                      BF16 [C, d]
+  KdaBProj,   ///< b_proj.weight                        BF16 [H, D]
+  KdaGProj,   ///< g_proj.weight                        BF16 [C, D]
+  KdaDtBias,  ///< dt_bias                              F32 [C]
+  KdaALog,    ///< A_log                                F32 [H], may be zero-padded along dim 0
+  KdaONorm,   ///< o_norm.weight                        F32 [d]
+  KdaOProj,   ///< o_proj.weight                        BF16 [D, C]
   // §2.4 MLA (prefix model.layers.{il}.self_attn.)
-  MlaQA,             ///< q_a_proj.weight                      BF16 [qr, D]
-  MlaQANorm,         ///< q_a_layernorm.weight                 BF16 [qr]
-  MlaQB,             ///< q_b_proj.weight                      BF16 [Hm·(dn+dr), qr]
-  MlaKvA,            ///< kv_a_proj_with_mqa.weight            BF16 [kvr+dr, D]
-  MlaKvANorm,        ///< kv_a_layernorm.weight                BF16 [kvr]
-  MlaKvB,            ///< kv_b_proj.weight                     BF16 [Hm·(dn+dv), kvr]
-  MlaGProj,          ///< g_proj.weight                        BF16 [Hm·dv, D]; when mla_use_output_gate
-  MlaOProj,          ///< o_proj.weight                        BF16 [D, Hm·dv]
+  MlaQA,       ///< q_a_proj.weight                      BF16 [qr, D]
+  MlaQANorm,   ///< q_a_layernorm.weight                 BF16 [qr]
+  MlaQB,       ///< q_b_proj.weight                      BF16 [Hm·(dn+dr), qr]
+  MlaKvA,      ///< kv_a_proj_with_mqa.weight            BF16 [kvr+dr, D]
+  MlaKvANorm,  ///< kv_a_layernorm.weight                BF16 [kvr]
+  MlaKvB,      ///< kv_b_proj.weight                     BF16 [Hm·(dn+dv), kvr]
+  MlaGProj,    ///< g_proj.weight                        BF16 [Hm·dv, D]; when mla_use_output_gate
+  MlaOProj,    ///< o_proj.weight                        BF16 [D, Hm·dv]
   // §2.5 dense MLP (prefix model.layers.{il}.mlp.)
-  MlpGate,           ///< gate_proj.weight                     BF16 [I, D]
-  MlpUp,             ///< up_proj.weight                       BF16 [I, D]
-  MlpDown,           ///< down_proj.weight                     BF16 [D, I]
+  MlpGate,  ///< gate_proj.weight                     BF16 [I, D]
+  MlpUp,    ///< up_proj.weight                       BF16 [I, D]
+  MlpDown,  ///< down_proj.weight                     BF16 [D, I]
   // §2.6 LatentMoE (prefix model.layers.{il}.block_sparse_moe.)
-  MoeRouter,         ///< gate.weight                          BF16 [E, D]
-  MoeRouterBias,     ///< gate.e_score_correction_bias         F32 [E]
-  MoeLatentDown,     ///< routed_expert_down_proj.weight       BF16 [L, D]
-  MoeLatentNorm,     ///< routed_expert_norm.weight            BF16 [L]; when latent_moe_use_norm
-  MoeLatentUp,       ///< routed_expert_up_proj.weight         BF16 [D, L]
-  SharedGate,        ///< shared_experts.gate_proj.weight      BF16 [S, D]; when S > 0
-  SharedUp,          ///< shared_experts.up_proj.weight        BF16 [S, D]; when S > 0
-  SharedDown,        ///< shared_experts.down_proj.weight      BF16 [D, S]; when S > 0
+  MoeRouter,      ///< gate.weight                          BF16 [E, D]
+  MoeRouterBias,  ///< gate.e_score_correction_bias         F32 [E]
+  MoeLatentDown,  ///< routed_expert_down_proj.weight       BF16 [L, D]
+  MoeLatentNorm,  ///< routed_expert_norm.weight            BF16 [L]; when latent_moe_use_norm
+  MoeLatentUp,    ///< routed_expert_up_proj.weight         BF16 [D, L]
+  SharedGate,     ///< shared_experts.gate_proj.weight      BF16 [S, D]; when S > 0
+  SharedUp,       ///< shared_experts.up_proj.weight        BF16 [S, D]; when S > 0
+  SharedDown,     ///< shared_experts.down_proj.weight      BF16 [D, S]; when S > 0
   // §2.6 routed expert {e} (prefix model.layers.{il}.block_sparse_moe.experts.{e}.), MXFP4
-  ExpertW1,          ///< w1 (gate)                            [Im, L]
-  ExpertW2,          ///< w2 (down)                            [L, Im]
-  ExpertW3,          ///< w3 (up)                              [Im, L]
+  ExpertW1,  ///< w1 (gate)                            [Im, L]
+  ExpertW2,  ///< w2 (down)                            [L, Im]
+  ExpertW3,  ///< w3 (up)                              [Im, L]
 };
 
 /// Number of TensorRole values (the rows of the table).
@@ -110,14 +110,14 @@ inline constexpr int kTensorRoleCount = static_cast<int>(TensorRole::ExpertW3) +
 /// One row of the table, independent of the config.
 struct TensorKind {
   TensorRole role;
-  const char* id;           ///< stable identifier, e.g. "kda.q_proj" (`k3 tensors` prints it)
+  const char* id;  ///< stable identifier, e.g. "kda.q_proj" (`k3 tensors` prints it)
   TensorGroup group;
-  std::string pattern;      ///< name with "{il}" (layer) and "{e}" (expert) placeholders; for
-                            ///< Mxfp4 the base without ".weight*"
+  std::string pattern;        ///< name with "{il}" (layer) and "{e}" (expert) placeholders; for
+                              ///< Mxfp4 the base without ".weight*"
   std::vector<DType> dtypes;  ///< accepted dtypes (first = the published one)
   TensorStorage storage = TensorStorage::Plain;
-  bool zero_padded = false;   ///< dim 0 may be stored padded to P >= shape[0] with exact zeros
-  const char* when = "";      ///< the config condition for presence ("" = always), for listings
+  bool zero_padded = false;  ///< dim 0 may be stored padded to P >= shape[0] with exact zeros
+  const char* when = "";     ///< the config condition for presence ("" = always), for listings
   /// Logical shape, outermost first (Mxfp4: [rows, cols] of the matrix).
   std::vector<int64_t> (*shape)(const ModelConfig&) = nullptr;
   /// Presence in `c` (nullptr = always); matches `when`.
@@ -125,18 +125,18 @@ struct TensorKind {
 };
 
 struct TensorSpec {
-  std::string name;             ///< e.g. "model.layers.3.self_attn.q_a_proj.weight"; for Mxfp4
-                                ///< the base without ".weight*", e.g. "...experts.7.w1"
-  std::vector<int64_t> shape;   ///< logical shape, outermost first (Mxfp4: [rows, cols] of W)
-  std::vector<DType> dtypes;    ///< accepted dtypes (first = the published one)
+  std::string name;            ///< e.g. "model.layers.3.self_attn.q_a_proj.weight"; for Mxfp4
+                               ///< the base without ".weight*", e.g. "...experts.7.w1"
+  std::vector<int64_t> shape;  ///< logical shape, outermost first (Mxfp4: [rows, cols] of W)
+  std::vector<DType> dtypes;   ///< accepted dtypes (first = the published one)
   TensorStorage storage = TensorStorage::Plain;
   TensorGroup group = TensorGroup::Global;
   TensorRole role = TensorRole::EmbedTokens;
-  int il = -1;                  ///< layer (0-indexed), -1 for globals
-  int expert = -1;              ///< routed expert id for TensorGroup::Expert
-  bool zero_padded = false;     ///< dim 0 may be stored padded to P >= shape[0] with exact zeros
-                                ///< (A_log: F32 [128] for 96 heads, spec §2.3)
-  int64_t numel() const;        ///< logical parameter count (product of `shape`)
+  int il = -1;               ///< layer (0-indexed), -1 for globals
+  int expert = -1;           ///< routed expert id for TensorGroup::Expert
+  bool zero_padded = false;  ///< dim 0 may be stored padded to P >= shape[0] with exact zeros
+                             ///< (A_log: F32 [128] for 96 heads, spec §2.3)
+  int64_t numel() const;     ///< logical parameter count (product of `shape`)
   /// The one acceptance rule for a stored plain tensor (validation and binding): dtype is one of
   /// `dtypes`; shape equals `shape`, or when zero_padded has the same rank and trailing dims and
   /// dim 0 >= shape[0] (the padding's zeros are checked by the validator, which reads bytes).
@@ -178,8 +178,8 @@ std::string_view text_tensor_name(std::string_view full_name);
 /// A text tensor name (no prefix) matched against the table's patterns.
 struct TensorNameMatch {
   TensorRole role;
-  int il = -1;      ///< -1 for globals
-  int expert = -1;  ///< -1 unless an expert role
+  int il = -1;              ///< -1 for globals
+  int expert = -1;          ///< -1 unless an expert role
   std::string_view suffix;  ///< for Mxfp4 kinds: ".weight_packed", ".weight_scale", ".weight" or
                             ///< "" (the bare base); empty for Plain kinds
 };

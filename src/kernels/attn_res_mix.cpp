@@ -8,8 +8,8 @@
 
 namespace k3 {
 
-void attn_res_mix_fast(const std::vector<const float*>& sources, int64_t T, int64_t D,
-                       const float* score, float eps, float* out, float* weights) {
+void attn_res_mix_fast(const std::vector<const float*>& sources, int64_t T, int64_t D, const float* score, float eps,
+                       float* out, float* weights) {
   const int64_t n = static_cast<int64_t>(sources.size());
   if (n == 0) throw Error("AttnRes mix: no sources");
   // Per token: n dot products + n sums of squares + the weighted sum: ~3·n·D element operations.

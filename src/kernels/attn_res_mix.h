@@ -12,7 +12,7 @@ namespace k3 {
 ///   score_j = Σ_d s[d]·v_j[d] / sqrt(mean_d(v_j²) + eps); p = softmax_j(score); out = Σ_j p_j v_j.
 /// sources: n >= 1 pointers to [T, D] fp32 blocks; score: [D]; out: [T, D] (must not alias a
 /// source); weights (optional): [T, n] receives p. Errors: k3::Error when there are no sources.
-void attn_res_mix_fast(const std::vector<const float*>& sources, int64_t T, int64_t D,
-                       const float* score, float eps, float* out, float* weights);
+void attn_res_mix_fast(const std::vector<const float*>& sources, int64_t T, int64_t D, const float* score, float eps,
+                       float* out, float* weights);
 
 }  // namespace k3

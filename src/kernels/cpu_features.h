@@ -5,8 +5,8 @@ namespace k3 {
 
 /// What the running CPU (and OS) can execute. All false on non-x86 builds.
 struct CpuFeatures {
-  bool avx2 = false;       ///< AVX2 + FMA + F16C, OS saves YMM state
-  bool avx512 = false;     ///< AVX-512 F/BW/VL + BF16 + VNNI, OS saves ZMM state
+  bool avx2 = false;    ///< AVX2 + FMA + F16C, OS saves YMM state
+  bool avx512 = false;  ///< AVX-512 F/BW/VL + BF16 + VNNI, OS saves ZMM state
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512bf16 = false, avx512vnni = false;
 };
 

@@ -67,8 +67,8 @@ Isa select_isa(std::string_view name, std::string_view what) {
   if (name.empty()) return best_isa();
   const Isa isa = isa_from_name(name, what);
   if (!isa_supported(isa))
-    throw Error(std::string(what) + "=" + std::string(name) + ": ISA not supported on this CPU (supported: " +
-                supported_list() + ")");
+    throw Error(std::string(what) + "=" + std::string(name) +
+                ": ISA not supported on this CPU (supported: " + supported_list() + ")");
   return isa;
 }
 
@@ -79,8 +79,8 @@ const KernelTable& kernels() { return *exec_context().kt; }
 const KernelTable& kernels_for(Isa isa) {
   const IsaInfo* i = find(isa);
   if (i == nullptr || !i->supported())
-    throw Error("ISA '" + std::string(isa_name(isa)) + "' not supported on this CPU (supported: " +
-                supported_list() + ")");
+    throw Error("ISA '" + std::string(isa_name(isa)) + "' not supported on this CPU (supported: " + supported_list() +
+                ")");
   return i->table();
 }
 

@@ -17,9 +17,9 @@ enum class Isa { Scalar, Avx2, Avx512 };
 /// One registry entry.
 struct IsaInfo {
   Isa isa;
-  const char* name;                  ///< "scalar", "avx2", "avx512"
-  bool (*supported)();               ///< true when this CPU (and OS) can run it
-  const KernelTable& (*table)();     ///< only call when supported()
+  const char* name;               ///< "scalar", "avx2", "avx512"
+  bool (*supported)();            ///< true when this CPU (and OS) can run it
+  const KernelTable& (*table)();  ///< only call when supported()
 };
 /// Every compiled ISA, scalar first, then by increasing preference.
 std::span<const IsaInfo> isa_registry();

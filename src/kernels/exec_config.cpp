@@ -100,9 +100,7 @@ const ExecContext& default_exec_context() {
   return *d.current.load(std::memory_order_relaxed);
 }
 
-ExecScope::ExecScope(const ExecContext& ctx) : prev_(detail::tl_exec_context) {
-  detail::tl_exec_context = &ctx;
-}
+ExecScope::ExecScope(const ExecContext& ctx) : prev_(detail::tl_exec_context) { detail::tl_exec_context = &ctx; }
 ExecScope::~ExecScope() { detail::tl_exec_context = prev_; }
 
 Numerics numerics_mode() { return exec_context().numerics; }

@@ -33,11 +33,11 @@ ModelKernels parse_model_kernels(std::string_view s, std::string_view what);
 /// One execution config. An unset field takes the process default's (set_default_exec_config)
 /// when resolved, else the built-in default named below.
 struct ExecConfig {
-  std::optional<Isa> isa;              ///< kernel table; built-in: the best this CPU supports
+  std::optional<Isa> isa;               ///< kernel table; built-in: the best this CPU supports
   std::optional<ModelKernels> kernels;  ///< built-in: Fast
-  std::optional<Numerics> numerics;    ///< what the GEMMs multiply (numerics.h); built-in: Exact
-  std::optional<Mxfp4Path> mxfp4;      ///< expert path; built-in: numerics_mxfp4_path(numerics)
-  std::optional<int> threads;          ///< kernel workers; built-in and <= 0: the process count
+  std::optional<Numerics> numerics;     ///< what the GEMMs multiply (numerics.h); built-in: Exact
+  std::optional<Mxfp4Path> mxfp4;       ///< expert path; built-in: numerics_mxfp4_path(numerics)
+  std::optional<int> threads;           ///< kernel workers; built-in and <= 0: the process count
 };
 
 /// A resolved ExecConfig: every choice made, the ISA checked against this CPU.
@@ -47,7 +47,7 @@ struct ExecContext {
   ModelKernels kernels = ModelKernels::Fast;
   Numerics numerics = Numerics::Exact;
   Mxfp4Path mxfp4 = Mxfp4Path::ExactF32;
-  int threads = 0;                  ///< > 0: worker count; 0: the process count
+  int threads = 0;  ///< > 0: worker count; 0: the process count
   /// The resolved values as a config (every field set; resolving it again gives the same).
   ExecConfig config() const;
 };

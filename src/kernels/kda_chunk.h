@@ -39,15 +39,15 @@ inline constexpr int kKdaSubBlock = 16;
 /// k3::Error on invalid sizes. Heads run in parallel (parallel_for, threads.h). g must be <= 0 and
 /// not NaN (-inf is fine: alpha = 0). `out` must not alias any input. Any T works, including
 /// calls shorter than a chunk (model-level chunked prefill may pass 1, 8, 32, ... tokens).
-void kda_chunk(int T, int H, int K, int V, const float* q, const float* k, const float* v,
-               const float* g, const float* beta, float* state, float* out, int chunk = 64);
+void kda_chunk(int T, int H, int K, int V, const float* q, const float* k, const float* v, const float* g,
+               const float* beta, float* state, float* out, int chunk = 64);
 
 /// Same, with an explicit instruction set (tests and benches compare ISAs): Isa::Scalar is the
 /// baseline x86-64 build, Avx2 and Avx512 run the AVX2 + FMA build. kda_chunk above uses
 /// the calling thread's execution context's ISA (exec_config.h). Throws k3::Error when the CPU lacks `isa`.
 /// Results differ between ISAs only by FMA contraction (each is causal and split-exact).
-void kda_chunk(Isa isa, int T, int H, int K, int V, const float* q, const float* k, const float* v,
-               const float* g, const float* beta, float* state, float* out, int chunk = 64);
+void kda_chunk(Isa isa, int T, int H, int K, int V, const float* q, const float* k, const float* v, const float* g,
+               const float* beta, float* state, float* out, int chunk = 64);
 
 namespace detail {
 /// Floats of scratch one thread needs for kda_chunk_heads (kernel_table.h) at these sizes:

@@ -48,8 +48,8 @@ inline float dot(const float* __restrict a, const float* __restrict b, int n) {
 
 // Register tile of C [MR rows, kLanes*NV columns] += A [MR, kd] B [kd, kLanes*NV].
 template <int MR, int NV>
-inline void gemm_tile(int kd, const float* __restrict A, size_t lda, const float* __restrict B,
-                      size_t ldb, float* __restrict C, size_t ldc) {
+inline void gemm_tile(int kd, const float* __restrict A, size_t lda, const float* __restrict B, size_t ldb,
+                      float* __restrict C, size_t ldc) {
   vf c[MR][NV];
   for (int i = 0; i < MR; ++i)
     for (int t = 0; t < NV; ++t) c[i][t] = loadv(C + i * ldc + kLanes * t);
@@ -68,14 +68,13 @@ inline void gemm_tile(int kd, const float* __restrict A, size_t lda, const float
 // C [M, N] += A [M, kd] B [kd, N] (row-major, leading dimensions lda, ldb, ldc). Every element is
 // updated as c = c + a_p * b_p for p = 0, 1, ..., kd-1 in the same vector form whatever M is, so a
 // row's result never depends on how many other rows are computed with it (bitwise causality).
-inline void gemm_acc(int M, int N, int kd, const float* A, size_t lda, const float* B, size_t ldb,
-                     float* C, size_t ldc) {
+inline void gemm_acc(int M, int N, int kd, const float* A, size_t lda, const float* B, size_t ldb, float* C,
+                     size_t ldc) {
   constexpr int kTile = 2 * kLanes;
   int j = 0;
   for (; j + kTile <= N; j += kTile) {
     int i = 0;
-    for (; i + 4 <= M; i += 4)
-      gemm_tile<4, 2>(kd, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
+    for (; i + 4 <= M; i += 4) gemm_tile<4, 2>(kd, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
   }
   // Rows left over by the 4-row tiles: one row at a time, 4 vectors wide for enough independent
   // accumulation chains.
@@ -84,12 +83,10 @@ inline void gemm_acc(int M, int N, int kd, const float* A, size_t lda, const flo
     int jj = 0;
     for (; jj + 4 * kLanes <= j; jj += 4 * kLanes)
       gemm_tile<1, 4>(kd, A + i * lda, lda, B + jj, ldb, C + i * ldc + jj, ldc);
-    for (; jj < j; jj += kLanes)
-      gemm_tile<1, 1>(kd, A + i * lda, lda, B + jj, ldb, C + i * ldc + jj, ldc);
+    for (; jj < j; jj += kLanes) gemm_tile<1, 1>(kd, A + i * lda, lda, B + jj, ldb, C + i * ldc + jj, ldc);
   }
   for (; j + kLanes <= N; j += kLanes)
-    for (int i = 0; i < M; ++i)
-      gemm_tile<1, 1>(kd, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
+    for (int i = 0; i < M; ++i) gemm_tile<1, 1>(kd, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
   for (; j < N; ++j)  // column tail (N % kLanes != 0): scalar, still in p order
     for (int i = 0; i < M; ++i) {
       float c = C[i * ldc + j];
@@ -215,8 +212,7 @@ void pair_matrices(Workspace& ws, int n) {
       for (int i = j + 1; i < r1; ++i) {
         const float* al = &ws.alpha[static_cast<size_t>(i) * K];
         for (int d = 0; d < K; ++d) w[d] *= al[d];
-        ws.L[static_cast<size_t>(i) * C + j] =
-            -(ws.beta[i] * dot(&ws.k[static_cast<size_t>(i) * K], w, K));
+        ws.L[static_cast<size_t>(i) * C + j] = -(ws.beta[i] * dot(&ws.k[static_cast<size_t>(i) * K], w, K));
         ws.A[static_cast<size_t>(i) * C + j] = dot(&ws.q[static_cast<size_t>(i) * K], w, K);
       }
     }
@@ -247,10 +243,8 @@ void chunk_head(Workspace& ws, int n, float* __restrict S) {
     ws.x[e] = 0.0f;
     ws.y[e] = 0.0f;
   }
-  gemm_acc(n, V, K, ws.kp, static_cast<size_t>(K), S, static_cast<size_t>(V), ws.x,
-           static_cast<size_t>(V));
-  gemm_acc(n, V, K, ws.qp, static_cast<size_t>(K), S, static_cast<size_t>(V), ws.y,
-           static_cast<size_t>(V));
+  gemm_acc(n, V, K, ws.kp, static_cast<size_t>(K), S, static_cast<size_t>(V), ws.x, static_cast<size_t>(V));
+  gemm_acc(n, V, K, ws.qp, static_cast<size_t>(K), S, static_cast<size_t>(V), ws.y, static_cast<size_t>(V));
   // U = (I + L)^-1 Diag(beta) (V - X) by forward substitution, row by row; O = Y + Aqk U (into y).
   for (int i = 0; i < n; ++i) {
     float* ui = &ws.u[static_cast<size_t>(i) * V];
@@ -282,15 +276,13 @@ void chunk_head(Workspace& ws, int n, float* __restrict S) {
     const float a = pn[d];
     for (int j = 0; j < V; ++j) s[j] *= a;
   }
-  gemm_acc(K, V, n, ws.ksufT, static_cast<size_t>(C), ws.u, static_cast<size_t>(V), S,
-           static_cast<size_t>(V));
+  gemm_acc(K, V, n, ws.ksufT, static_cast<size_t>(C), ws.u, static_cast<size_t>(V), S, static_cast<size_t>(V));
 }
 
 // Heads [h0, h1) over all T tokens; arguments as kda_chunk (validated by the caller);
 // work: Workspace::floats(chunk, K, V) floats of scratch.
-void kda_chunk_heads_impl(int h0, int h1, int T, int H, int K, int V, const float* q,
-                          const float* k, const float* v, const float* g, const float* beta,
-                          float* state, float* out, int chunk, float* work) {
+void kda_chunk_heads_impl(int h0, int h1, int T, int H, int K, int V, const float* q, const float* k, const float* v,
+                          const float* g, const float* beta, float* state, float* out, int chunk, float* work) {
   const size_t hk = static_cast<size_t>(H) * K, hv = static_cast<size_t>(H) * V;
   Workspace ws(chunk, K, V, work);
   for (int h = h0; h < h1; ++h) {

@@ -18,12 +18,12 @@ namespace k3 {
 /// Two streaming passes over each head's state (decay + S^T k, then write + S^T q), vectorized
 /// over V; heads run in parallel (parallel_for, threads.h). H, K, V >= 1 (throws k3::Error
 /// otherwise). Uses the calling thread's execution context's ISA (exec_config.h).
-void kda_decode_step(int H, int K, int V, const float* q, const float* k, const float* v,
-                     const float* g, const float* beta, float* state, float* out);
+void kda_decode_step(int H, int K, int V, const float* q, const float* k, const float* v, const float* g,
+                     const float* beta, float* state, float* out);
 
 /// Same, with an explicit instruction set (Scalar = baseline build; Avx2/Avx512 = AVX2 + FMA
 /// build). Throws k3::Error when the CPU lacks `isa`.
-void kda_decode_step(Isa isa, int H, int K, int V, const float* q, const float* k, const float* v,
-                     const float* g, const float* beta, float* state, float* out);
+void kda_decode_step(Isa isa, int H, int K, int V, const float* q, const float* k, const float* v, const float* g,
+                     const float* beta, float* state, float* out);
 
 }  // namespace k3

@@ -17,8 +17,8 @@ float kda_log_decay(float z, float dt_bias, float a_log, std::optional<float> lo
 }
 
 void kda_prepare(const KdaPrepShape& sh, std::span<const KdaPiece> pieces, const float* taps, const float* z,
-                 const float* dt_bias, const float* a_log, const float* b, float* q, float* k, float* v,
-                 float* g, float* beta) {
+                 const float* dt_bias, const float* a_log, const float* b, float* q, float* k, float* v, float* g,
+                 float* beta) {
   const int64_t H = sh.H, d = sh.d, K = sh.K, W = K - 1, C = H * d;
   if (pieces.empty()) return;
   const int64_t T = pieces.back().row0 + pieces.back().T;
@@ -30,14 +30,14 @@ void kda_prepare(const KdaPrepShape& sh, std::span<const KdaPiece> pieces, const
   parallel_for(T, grain_for_work(1, C * (3 * K + 24)), [&](int64_t t0, int64_t t1) {
     const int64_t n = t1 - t0;
     // The conv, split at piece boundaries: rows [a, e) of piece s.
-    int64_t s = std::upper_bound(pieces.begin(), pieces.end(), t0,
-                                 [](int64_t t, const KdaPiece& r) { return t < r.row0; }) -
-                pieces.begin() - 1;
+    int64_t s =
+        std::upper_bound(pieces.begin(), pieces.end(), t0, [](int64_t t, const KdaPiece& r) { return t < r.row0; }) -
+        pieces.begin() - 1;
     for (int64_t a = t0; a < t1; ++s) {
       const int64_t e = std::min(t1, pieces[s].row0 + pieces[s].T), Ts = pieces[s].T;
       for (int64_t i = 0; i < 3; ++i)
-        vec::short_conv_silu(pieces[s].ext + (i * (W + Ts) + a - pieces[s].row0) * C, taps + i * K * C, e - a, C,
-                             K, outs[i] + a * C);
+        vec::short_conv_silu(pieces[s].ext + (i * (W + Ts) + a - pieces[s].row0) * C, taps + i * K * C, e - a, C, K,
+                             outs[i] + a * C);
       a = e;
     }
     for (int64_t t = t0; t < t1; ++t)

@@ -19,9 +19,9 @@ float kda_log_decay(float z, float dt_bias, float a_log, std::optional<float> lo
 
 /// KDA sizes of the pre-processing.
 struct KdaPrepShape {
-  int64_t H = 0, d = 0, K = 0;         ///< heads, head dim, short-conv taps (K >= 1)
-  std::optional<float> lower_bound;    ///< gate_lower_bound (K3) or absent (Kimi-Linear)
-  float l2_eps = 1e-6f;                ///< eps inside the q/k L2 norms
+  int64_t H = 0, d = 0, K = 0;       ///< heads, head dim, short-conv taps (K >= 1)
+  std::optional<float> lower_bound;  ///< gate_lower_bound (K3) or absent (Kimi-Linear)
+  float l2_eps = 1e-6f;              ///< eps inside the q/k L2 norms
 };
 
 /// One sequence's piece of the block: its rows [row0, row0 + T) and its conv input ext
@@ -38,8 +38,8 @@ struct KdaPiece {
 /// σ(b[t, h]). z, q, k, v, g [T_total, C]; b, beta [T_total, H]; dt_bias [C]; a_log [H].
 /// No checks (the sublayer validated its states and rows).
 void kda_prepare(const KdaPrepShape& s, std::span<const KdaPiece> pieces, const float* taps, const float* z,
-                 const float* dt_bias, const float* a_log, const float* b, float* q, float* k, float* v,
-                 float* g, float* beta);
+                 const float* dt_bias, const float* a_log, const float* b, float* q, float* k, float* v, float* g,
+                 float* beta);
 
 /// Output gating (spec §3.2 step 6) in place over o [T, C]: per head RMSNorm with the shared
 /// weight o_norm [d] and eps, then o ⊙= σ(gate) with gate [T, C].

@@ -10,8 +10,8 @@
 
 namespace k3 {
 
-void kda_recurrent(int T, int H, int K, int V, const float* q, const float* k, const float* v,
-                   const float* g, const float* beta, float* state, float* out) {
+void kda_recurrent(int T, int H, int K, int V, const float* q, const float* k, const float* v, const float* g,
+                   const float* beta, float* state, float* out) {
   if (T < 0 || H < 1 || K < 1 || V < 1)
     throw Error("kda_recurrent: expected T >= 0 and H, K, V >= 1, got T=" + std::to_string(T) +
                 " H=" + std::to_string(H) + " K=" + std::to_string(K) + " V=" + std::to_string(V));

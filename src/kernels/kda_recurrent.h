@@ -27,7 +27,7 @@ namespace k3 {
 /// Plain single-threaded recurrence over T tokens (the oracle for kda_chunk and kda_decode_step).
 /// Shapes/dtypes/layouts as in the header comment. T >= 0, H, K, V >= 1 (throws k3::Error
 /// otherwise). `out` must not alias any input. Cost ~7*K*V FLOP per token and head.
-void kda_recurrent(int T, int H, int K, int V, const float* q, const float* k, const float* v,
-                   const float* g, const float* beta, float* state, float* out);
+void kda_recurrent(int T, int H, int K, int V, const float* q, const float* k, const float* v, const float* g,
+                   const float* beta, float* state, float* out);
 
 }  // namespace k3

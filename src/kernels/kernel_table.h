@@ -26,8 +26,8 @@ struct KernelTable {
   const char* isa_name;
 
   /// Y[t, r] = Σ_k W[r, k]·X[t, k] (fp32 accumulation, the fp32 X multiplied exactly).
-  void (*gemm_bf16)(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
-                    int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+  void (*gemm_bf16)(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t, float* y,
+                    int64_t ldy, int64_t r0, int64_t r1);
 
   /// Q8 quantization of one row x [n] (n % 32 == 0): s[b] = amax_b/127, q = RNE(x·127/amax_b),
   /// in nibble order. Bit-identical across ISAs.
@@ -35,8 +35,8 @@ struct KernelTable {
 
   /// Y[t, r] = Σ_b s_a[t, b]·2^(e[r,b]-128)·Σ_i T2[nib]·q[t, 32b+i] (integer block dots).
   /// q: [T, K] int8 (row stride K), qs: [T, K/32].
-  void (*gemm_mxfp4_q8)(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                        const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+  void (*gemm_mxfp4_q8)(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs,
+                        int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 
   /// BF16-product GEMM of the 'bf16' numerics mode (ops.h Numerics): W bf16 [rows, K] (ldw),
   /// XB bf16 [T, ldxb] (activations already rounded; ldxb even, >= K, element K zero when K is
@@ -45,17 +45,17 @@ struct KernelTable {
   /// (products of two bf16 are exact in fp32; w/x past K are 0); Y[t, r] = acc. One chain per
   /// output, so a row's bits depend on neither T nor the row range. AVX-512 BF16 flushes
   /// fp32 subnormals (DAZ/FTZ); the emulations (scalar, AVX2) keep them.
-  void (*gemm_bf16_dp)(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb,
-                       int64_t ldxb, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+  void (*gemm_bf16_dp)(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t, float* y,
+                       int64_t ldy, int64_t r0, int64_t r1);
 
   /// The same pair chain with W an MXFP4 matrix (K % 32 == 0) decoded to the exact bf16 values
   /// E2M1[nib]·2^(e-127) (the 'mxfp8' mode's expert GEMM; XB holds MXFP8-quantized activations).
-  void (*gemm_mxfp4_dp)(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb,
-                        int64_t ldxb, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+  void (*gemm_mxfp4_dp)(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb, int64_t ldxb,
+                        int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 
   /// Exact-decode path: Y[t, r] = Σ_k E2M1[nib]·2^(e-127)·X[t, k] in fp32 FMA.
-  void (*gemm_mxfp4_f32)(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x,
-                         int64_t ldx, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+  void (*gemm_mxfp4_f32)(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x, int64_t ldx, int64_t t,
+                         float* y, int64_t ldy, int64_t r0, int64_t r1);
 
   /// out[i] = β1·tanh(g[i]/β1)·σ(g[i]) · β2·tanh(u[i]/β2) (β2 <= 0: the up branch is u[i]).
   void (*situ_glu)(const float* g, const float* u, float* out, int64_t n, float beta1, float beta2);
@@ -90,27 +90,24 @@ struct KernelTable {
   /// y[i] = s·x[i] / sqrt(Σ x² + eps) (may alias).
   void (*l2norm)(const float* x, float eps, float s, float* y, int64_t n);
   /// out [T, C] = SiLU(Σ_j taps[j, :]·ext[t + j, :]) with ext [K−1+T, C], taps [K, C].
-  void (*short_conv_silu)(const float* ext, const float* taps, int64_t t, int64_t c, int64_t k,
-                          float* out);
+  void (*short_conv_silu)(const float* ext, const float* taps, int64_t t, int64_t c, int64_t k, float* out);
 
   /// C [m, n] (+)= A [m, k] · B [k, n], fp32 row-major (leading dims lda, ldb, ldc); vec.h.
-  void (*gemm_nn)(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-                  int64_t m, int64_t n, int64_t k, bool accumulate);
+  void (*gemm_nn)(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t n,
+                  int64_t k, bool accumulate);
 
   // --- KDA (kda_chunk.h, kda_decode.h state the contracts; kda_chunk_impl.h and
   // kda_decode_impl.h are the one source every ISA compiles). Heads [h0, h1) only.
   /// Chunkwise KDA (algorithms.md §1.3) for heads [h0, h1); work: Workspace::floats(chunk, K, V)
   /// floats (kda_chunk_impl.h), owned by the caller.
-  void (*kda_chunk_heads)(int h0, int h1, int T, int H, int K, int V, const float* q, const float* k,
-                          const float* v, const float* g, const float* beta, float* state, float* out,
-                          int chunk, float* work);
+  void (*kda_chunk_heads)(int h0, int h1, int T, int H, int K, int V, const float* q, const float* k, const float* v,
+                          const float* g, const float* beta, float* state, float* out, int chunk, float* work);
   /// One KDA decode step (algorithms.md §1.2) for heads [h0, h1); scratch: V + K floats.
-  void (*kda_decode_heads)(int h0, int h1, int K, int V, const float* q, const float* k, const float* v,
-                           const float* g, const float* beta, float* state, float* out, float* scratch);
+  void (*kda_decode_heads)(int h0, int h1, int K, int V, const float* q, const float* k, const float* v, const float* g,
+                           const float* beta, float* state, float* out, float* scratch);
 
   /// Rows [r0, r1) of Y = X·Wᵀ on a q8/q4 trunk matrix (q8q4_trunk.h), all T tokens, Y row stride ldy.
-  void (*quant_rows)(const QuantMatrix& w, const float* x, int64_t t, float* y, int64_t ldy, int64_t r0,
-                     int64_t r1);
+  void (*quant_rows)(const QuantMatrix& w, const float* x, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 };
 
 const KernelTable& kernel_table_scalar();

@@ -23,8 +23,8 @@ struct Scratch {
 };
 }  // namespace
 
-void mla_attend_expanded(const TensorView& kv_b, const MlaAttnShape& d, const float* q, int64_t T,
-                         const float* crows, int64_t n_past, float* o) {
+void mla_attend_expanded(const TensorView& kv_b, const MlaAttnShape& d, const float* q, int64_t T, const float* crows,
+                         int64_t n_past, float* o) {
   const int64_t H = d.H, dq = d.dn + d.dr, row = d.kvr + d.dr, kvr = d.kvr, hw = d.dn + d.dv;
   const int64_t n_all = n_past + T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dq));
@@ -63,8 +63,8 @@ void mla_attend_expanded(const TensorView& kv_b, const MlaAttnShape& d, const fl
   });
 }
 
-void mla_attend_absorbed(const MlaKvbHalves& kv_b, const MlaAttnShape& d, const float* q, int64_t T,
-                         const float* crows, int64_t n_past, float* o) {
+void mla_attend_absorbed(const MlaKvbHalves& kv_b, const MlaAttnShape& d, const float* q, int64_t T, const float* crows,
+                         int64_t n_past, float* o) {
   const int64_t H = d.H, dq = d.dn + d.dr, row = d.kvr + d.dr, kvr = d.kvr;
   const int64_t n_all = n_past + T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dq));

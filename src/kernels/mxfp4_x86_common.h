@@ -18,8 +18,7 @@ struct E8m0HalfBits {
 };
 constexpr E8m0HalfBits make_e8m0_half_bits() {
   E8m0HalfBits t{};
-  for (uint32_t e = 0; e < 256; ++e)
-    t.v[e] = e == 255 ? 0x7fc00000u : (e >= 2 ? (e - 1) << 23 : (0x00200000u << e));
+  for (uint32_t e = 0; e < 256; ++e) t.v[e] = e == 255 ? 0x7fc00000u : (e >= 2 ? (e - 1) << 23 : (0x00200000u << e));
   return t;
 }
 constexpr E8m0HalfBits kE8m0Half = make_e8m0_half_bits();

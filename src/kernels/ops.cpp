@@ -19,7 +19,7 @@ namespace k3 {
 
 namespace {
 
-constexpr int64_t kRowGrain = 16;  // rows per scheduling unit (multiple of the 4-row block)
+constexpr int64_t kRowGrain = 16;    // rows per scheduling unit (multiple of the 4-row block)
 constexpr int64_t kTokenGrain = 16;  // tokens per scheduling unit when a GEMM splits tokens
 
 std::string nm(std::string_view name) { return std::string(name); }
@@ -30,8 +30,8 @@ void check_tokens(int64_t t, std::string_view name) {
 
 void check_mxfp4(const Mxfp4Matrix& w, std::string_view name) {
   if (w.rows < 0 || w.cols < 0 || w.cols % 32 != 0)
-    throw Error("MXFP4 matrix '" + nm(name) + "': shape [" + std::to_string(w.rows) + ", " +
-                std::to_string(w.cols) + "] needs cols to be a multiple of 32");
+    throw Error("MXFP4 matrix '" + nm(name) + "': shape [" + std::to_string(w.rows) + ", " + std::to_string(w.cols) +
+                "] needs cols to be a multiple of 32");
   if ((w.packed == nullptr || w.scale == nullptr) && w.rows * w.cols != 0)
     throw Error("MXFP4 matrix '" + nm(name) + "': no data");
 }
@@ -54,9 +54,9 @@ void scan_nan_scales(const Mxfp4Matrix& w, std::string_view name) {
   for (int64_t r = 0; r < w.rows; ++r)
     for (int64_t b = 0; b < nb; ++b)
       if (w.scale[r * nb + b] == 0xFF)
-        throw Error("MXFP4 matrix '" + nm(name) + "': E8M0 scale byte 0xFF (NaN) at row " +
-                    std::to_string(r) + ", block " + std::to_string(b) + " (columns " +
-                    std::to_string(32 * b) + ".." + std::to_string(32 * b + 31) + ")");
+        throw Error("MXFP4 matrix '" + nm(name) + "': E8M0 scale byte 0xFF (NaN) at row " + std::to_string(r) +
+                    ", block " + std::to_string(b) + " (columns " + std::to_string(32 * b) + ".." +
+                    std::to_string(32 * b + 31) + ")");
 }
 
 // Called after a product with w: when some output is not finite, report a NaN scale byte.
@@ -86,8 +86,8 @@ constexpr int64_t kDpRowGrain = 32;  // the AVX-512 panel height
 
 // Y = X·Wᵀ in the 'bf16' mode: X rounded once, then the pair-chain GEMM split like the fp32 one
 // (rows, or tokens for few-row matrices); a row's bits depend on neither split (one chain each).
-void matmul_bf16_dp(const KernelTable& kt, const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw,
-                    const float* x, int64_t n_tokens, float* y) {
+void matmul_bf16_dp(const KernelTable& kt, const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw, const float* x,
+                    int64_t n_tokens, float* y) {
   thread_local Bf16Acts tl_xb;
   Bf16Acts& xb = tl_xb;  // a plain reference: the workers below must read this thread's buffer
   round_acts(x, n_tokens, cols, xb);
@@ -116,12 +116,12 @@ void mxfp4_dp_unscanned(const Mxfp4Matrix& w, const Bf16Acts& xq, int64_t n_toke
 
 }  // namespace
 
-void matmul_bf16_raw(const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw, const float* x,
-                     int64_t n_tokens, float* y, std::string_view name) {
+void matmul_bf16_raw(const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw, const float* x, int64_t n_tokens,
+                     float* y, std::string_view name) {
   check_tokens(n_tokens, name);
   if (rows < 0 || cols < 0 || ldw < cols)
-    throw Error("bf16 weight '" + nm(name) + "': bad shape [" + std::to_string(rows) + ", " +
-                std::to_string(cols) + "] with row stride " + std::to_string(ldw));
+    throw Error("bf16 weight '" + nm(name) + "': bad shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                "] with row stride " + std::to_string(ldw));
   if (rows == 0 || n_tokens == 0) return;
   if (w == nullptr || (x == nullptr && cols > 0) || y == nullptr)
     throw Error("bf16 weight '" + nm(name) + "': null pointer");
@@ -142,22 +142,20 @@ void matmul_bf16_raw(const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw,
     });
     return;
   }
-  parallel_for(rows, grain_for_work(kRowGrain, cols * n_tokens), [&](int64_t r0, int64_t r1) {
-    kt.gemm_bf16(w, ldw, cols, x, cols, n_tokens, y, rows, r0, r1);
-  });
+  parallel_for(rows, grain_for_work(kRowGrain, cols * n_tokens),
+               [&](int64_t r0, int64_t r1) { kt.gemm_bf16(w, ldw, cols, x, cols, n_tokens, y, rows, r0, r1); });
 }
 
 void matmul_bf16(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
   if (w.shape.size() != 2)
-    throw Error("tensor '" + w.name + "': expected a 2-D [out, in] weight, found " +
-                std::to_string(w.shape.size()) + " dims");
+    throw Error("tensor '" + w.name + "': expected a 2-D [out, in] weight, found " + std::to_string(w.shape.size()) +
+                " dims");
   if (w.dtype != DType::BF16)
-    throw Error("tensor '" + w.name + "': matmul_bf16 needs dtype BF16, found " +
-                std::string(dtype_name(w.dtype)));
+    throw Error("tensor '" + w.name + "': matmul_bf16 needs dtype BF16, found " + std::string(dtype_name(w.dtype)));
   if (w.data == nullptr && w.numel() != 0) throw Error("tensor '" + w.name + "': no data");
   // The mapping may be unaligned: every kernel reads bf16 with unaligned-safe loads.
-  matmul_bf16_raw(reinterpret_cast<const uint16_t*>(w.data), w.shape[0], w.shape[1], w.shape[1], x,
-                  n_tokens, y, w.name);
+  matmul_bf16_raw(reinterpret_cast<const uint16_t*>(w.data), w.shape[0], w.shape[1], w.shape[1], x, n_tokens, y,
+                  w.name);
 }
 
 void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
@@ -253,8 +251,7 @@ void mxfp4_q8_unscanned(const Mxfp4Matrix& w, const Q8Activations& xq, float* y,
   if (w.rows == 0 || xq.n_tokens == 0) return;
   const KernelTable& kt = kernels();
   parallel_for(w.rows, grain_for_work(kRowGrain, w.cols * xq.n_tokens), [&](int64_t r0, int64_t r1) {
-    kt.gemm_mxfp4_q8(w.packed, w.scale, w.cols, xq.q.data(), xq.s.data(), xq.n_tokens, y, w.rows, r0,
-                     r1);
+    kt.gemm_mxfp4_q8(w.packed, w.scale, w.cols, xq.q.data(), xq.s.data(), xq.n_tokens, y, w.rows, r0, r1);
   });
 }
 }  // namespace
@@ -289,15 +286,14 @@ void matmul_mxfp4(const Mxfp4Matrix& w, const float* x, int64_t n_tokens, float*
   check_scales_after_nan(w, y, n_tokens * w.rows, name);
 }
 
-void mxfp4_glu_ffn(const Mxfp4Matrix& w1, const Mxfp4Matrix& w3, const Mxfp4Matrix& w2,
-                   const float* z, int64_t n_tokens, const GluAct& act, float* y,
-                   Mxfp4Path path, std::string_view name) {
+void mxfp4_glu_ffn(const Mxfp4Matrix& w1, const Mxfp4Matrix& w3, const Mxfp4Matrix& w2, const float* z,
+                   int64_t n_tokens, const GluAct& act, float* y, Mxfp4Path path, std::string_view name) {
   check_tokens(n_tokens, name);
   if (w1.rows != w3.rows || w1.cols != w3.cols || w2.cols != w1.rows)
-    throw Error("expert '" + nm(name) + "': w1 [" + std::to_string(w1.rows) + ", " +
-                std::to_string(w1.cols) + "], w3 [" + std::to_string(w3.rows) + ", " +
-                std::to_string(w3.cols) + "], w2 [" + std::to_string(w2.rows) + ", " +
-                std::to_string(w2.cols) + "] do not chain (need w1 == w3 and w2.cols == w1.rows)");
+    throw Error("expert '" + nm(name) + "': w1 [" + std::to_string(w1.rows) + ", " + std::to_string(w1.cols) +
+                "], w3 [" + std::to_string(w3.rows) + ", " + std::to_string(w3.cols) + "], w2 [" +
+                std::to_string(w2.rows) + ", " + std::to_string(w2.cols) +
+                "] do not chain (need w1 == w3 and w2.cols == w1.rows)");
   if (n_tokens == 0) return;
   const std::string n1 = nm(name) + " w1", n3 = nm(name) + " w3", n2 = nm(name) + " w2";
   thread_local std::vector<float> g, u;

@@ -41,8 +41,8 @@ void matmul_same_input(std::span<const TensorView* const> ws, const float* x, in
 
 /// Same on raw bf16 bits: W [rows, cols] with row stride `ldw` (elements, >= cols), e.g. a
 /// slice of heads. `name` is used in error messages only.
-void matmul_bf16_raw(const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw, const float* x,
-                     int64_t n_tokens, float* y, std::string_view name = "bf16 weight");
+void matmul_bf16_raw(const uint16_t* w, int64_t rows, int64_t cols, int64_t ldw, const float* x, int64_t n_tokens,
+                     float* y, std::string_view name = "bf16 weight");
 
 /// Activations quantized per 32-block to int8 (Q8_0 style: s = amax/127, q = RNE(x/s)), for the
 /// MXFP4 integer path. q [T, cols] int8 in the kernels' nibble order, s [T, cols/32] fp32.
@@ -62,11 +62,10 @@ void quantize_q8(const float* x, int64_t n_tokens, int64_t cols, Q8Activations& 
 /// Errors (k3::Error, naming `name`): cols % 32 != 0, null data, T < 0, or an E8M0 scale byte
 /// 0xFF (NaN) — detected cheaply: the kernels map 0xFF to NaN, and only when an output is not
 /// finite are the scales scanned to report the row and block.
-void matmul_mxfp4(const Mxfp4Matrix& w, const float* x, int64_t n_tokens, float* y,
-                  Mxfp4Path path = Mxfp4Path::Int8, std::string_view name = "mxfp4 weight");
+void matmul_mxfp4(const Mxfp4Matrix& w, const float* x, int64_t n_tokens, float* y, Mxfp4Path path = Mxfp4Path::Int8,
+                  std::string_view name = "mxfp4 weight");
 /// Int8 path with pre-quantized activations (xq.cols == w.cols). Y [xq.n_tokens, w.rows].
-void matmul_mxfp4_q8(const Mxfp4Matrix& w, const Q8Activations& xq, float* y,
-                     std::string_view name = "mxfp4 weight");
+void matmul_mxfp4_q8(const Mxfp4Matrix& w, const Q8Activations& xq, float* y, std::string_view name = "mxfp4 weight");
 
 /// The gated activation of an MLP: SiTU-GLU (K3, hidden_act "situ") or SwiGLU ("silu").
 struct GluAct {
@@ -83,9 +82,9 @@ void glu_activation(const float* g, const float* u, float* out, int64_t n, const
 /// Int8 path: z is quantized once for W1 and W3, the activation output once for W2. Every weight
 /// is read once per call whatever n is (decode n = 1; prefill groups a chunk's tokens per expert).
 /// Errors: shape mismatch between w1/w3/w2, plus those of matmul_mxfp4 (naming `name`).
-void mxfp4_glu_ffn(const Mxfp4Matrix& w1, const Mxfp4Matrix& w3, const Mxfp4Matrix& w2,
-                   const float* z, int64_t n_tokens, const GluAct& act, float* y,
-                   Mxfp4Path path = Mxfp4Path::Int8, std::string_view name = "expert");
+void mxfp4_glu_ffn(const Mxfp4Matrix& w1, const Mxfp4Matrix& w3, const Mxfp4Matrix& w2, const float* z,
+                   int64_t n_tokens, const GluAct& act, float* y, Mxfp4Path path = Mxfp4Path::Int8,
+                   std::string_view name = "expert");
 
 /// Fused SiTU-GLU (k3-architecture.md §3.4), element-wise over n values:
 /// out = β1·tanh(g/β1)·σ(g) · β2·tanh(u/β2); beta2 <= 0 means "no linear beta" (up = u).

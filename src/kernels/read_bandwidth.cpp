@@ -65,7 +65,8 @@ class PinWorkers {
 #pragma omp parallel num_threads(nt_)
     {
       const int i = omp_get_thread_num();
-      if (static_cast<size_t>(i) < saved_.size()) sched_setaffinity(0, sizeof(cpu_set_t), &saved_[static_cast<size_t>(i)]);
+      if (static_cast<size_t>(i) < saved_.size())
+        sched_setaffinity(0, sizeof(cpu_set_t), &saved_[static_cast<size_t>(i)]);
     }
   }
   PinWorkers(const PinWorkers&) = delete;
@@ -84,8 +85,7 @@ struct Chunk {
 };
 
 // Timed passes over `chunks` (dynamic over the workers); fills the statistics of r.
-void run_passes(const std::vector<Chunk>& chunks, uint64_t bytes, int passes, bool warm_up,
-                ReadBandwidth& r) {
+void run_passes(const std::vector<Chunk>& chunks, uint64_t bytes, int passes, bool warm_up, ReadBandwidth& r) {
   const KernelTable& kt = kernels();
   std::vector<uint64_t> part(chunks.size());
   volatile uint64_t sink = 0;
@@ -148,8 +148,7 @@ ReadBandwidth measure_read_bandwidth(const ReadProbeOptions& o) {
   // mmap: page-aligned, and 2 MiB aligned after trimming, so THP can back every huge page.
   const uint64_t map_bytes = bytes + huge;
   void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED)
-    throw Error("read-bandwidth probe: cannot map " + std::to_string(bytes) + " bytes (--probe-mb)");
+  if (m == MAP_FAILED) throw Error("read-bandwidth probe: cannot map " + std::to_string(bytes) + " bytes (--probe-mb)");
   std::unique_ptr<void, std::function<void(void*)>> hold(m, [map_bytes](void* p) { munmap(p, map_bytes); });
   uint8_t* buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(m) + huge - 1) & ~(huge - 1));
   if (o.huge_pages) madvise(buf, bytes, MADV_HUGEPAGE);

@@ -18,18 +18,18 @@
 namespace k3 {
 
 struct ReadBandwidth {
-  double median_gbs = 0;        ///< median over timed passes, GB/s (1e9 bytes per second)
-  double best_gbs = 0;          ///< fastest pass
-  double worst_gbs = 0;         ///< slowest pass
-  double spread = 0;            ///< (3rd quartile − 1st quartile) / median of the passes
-  double cpu_share = 0;         ///< process CPU time / (wall time × threads) over timed passes;
-                                ///< well below 1: workers were descheduled (a busy machine)
+  double median_gbs = 0;          ///< median over timed passes, GB/s (1e9 bytes per second)
+  double best_gbs = 0;            ///< fastest pass
+  double worst_gbs = 0;           ///< slowest pass
+  double spread = 0;              ///< (3rd quartile − 1st quartile) / median of the passes
+  double cpu_share = 0;           ///< process CPU time / (wall time × threads) over timed passes;
+                                  ///< well below 1: workers were descheduled (a busy machine)
   int64_t timed_page_faults = 0;  ///< minor + major page faults during timed passes (expect 0)
-  uint64_t bytes = 0;           ///< bytes read per pass
-  int threads = 0;              ///< workers used (num_threads())
-  bool huge_pages = false;      ///< buffer madvise'd MADV_HUGEPAGE (2 MiB transparent huge pages)
-  bool pinned = false;          ///< workers pinned to one CPU each during the probe
-  std::vector<double> run_gbs;  ///< every timed pass, in order
+  uint64_t bytes = 0;             ///< bytes read per pass
+  int threads = 0;                ///< workers used (num_threads())
+  bool huge_pages = false;        ///< buffer madvise'd MADV_HUGEPAGE (2 MiB transparent huge pages)
+  bool pinned = false;            ///< workers pinned to one CPU each during the probe
+  std::vector<double> run_gbs;    ///< every timed pass, in order
 };
 
 struct ReadProbeOptions {
@@ -38,7 +38,7 @@ struct ReadProbeOptions {
   /// Transparent huge pages for the buffer (madvise; the kernel may still give 4 KiB pages).
   /// Default off: decode reads mmap'd checkpoint pages, which are 4 KiB page-cache pages.
   bool huge_pages = false;
-  bool pin_threads = false;     ///< pin worker i to CPU i (mod CPUs) during the probe, then restore
+  bool pin_threads = false;  ///< pin worker i to CPU i (mod CPUs) during the probe, then restore
 };
 
 /// The anonymous-buffer probe (see the header comment). Errors: k3::Error when passes < 1 or
@@ -58,7 +58,7 @@ struct MemRegion {
 /// (after one untimed pass when `warm_up`). bytes = Σ region bytes read (each region's bytes
 /// before its first and after its last 8-byte boundary, < 8 each, are skipped). Errors: k3::Error when passes < 1, a region is null with bytes > 0, or
 /// the regions hold less than 1 MiB.
-ReadBandwidth measure_region_read_bandwidth(std::span<const MemRegion> regions, int passes = 5,
-                                            bool warm_up = true, bool pin_threads = false);
+ReadBandwidth measure_region_read_bandwidth(std::span<const MemRegion> regions, int passes = 5, bool warm_up = true,
+                                            bool pin_threads = false);
 
 }  // namespace k3

@@ -41,8 +41,8 @@ inline void storev(float* p, vf x) { __builtin_memcpy(p, &x, sizeof x); }
 /// builds: formulas are the same on every ISA, roundings are not bit-identical across ISAs.)
 inline vf fmadd(vf a, vf b, vf c) {
 #if defined(__FMA__)
-  return reinterpret_cast<vf>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b),
-                                              reinterpret_cast<__m256>(c)));
+  return reinterpret_cast<vf>(
+      _mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b), reinterpret_cast<__m256>(c)));
 #else
   return a * b + c;
 #endif

@@ -20,19 +20,14 @@ void silu(const float* x, float* y, int64_t n) { tab().silu(x, y, n); }
 void mul_sigmoid(const float* g, float* y, int64_t n) { tab().mul_sigmoid(g, y, n); }
 void exp(const float* x, float* y, int64_t n) { tab().exp(x, y, n); }
 void softmax(float* x, int64_t n) { tab().softmax(x, n); }
-void rmsnorm(const float* x, const float* w, float eps, float* y, int64_t n) {
-  tab().rmsnorm(x, w, eps, y, n);
-}
-void l2norm(const float* x, float eps, float s, float* y, int64_t n) {
-  tab().l2norm(x, eps, s, y, n);
-}
-void short_conv_silu(const float* ext, const float* taps, int64_t T, int64_t C, int64_t K,
-                     float* out) {
+void rmsnorm(const float* x, const float* w, float eps, float* y, int64_t n) { tab().rmsnorm(x, w, eps, y, n); }
+void l2norm(const float* x, float eps, float s, float* y, int64_t n) { tab().l2norm(x, eps, s, y, n); }
+void short_conv_silu(const float* ext, const float* taps, int64_t T, int64_t C, int64_t K, float* out) {
   tab().short_conv_silu(ext, taps, T, C, K, out);
 }
 
-void gemm_nn(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-             int64_t m, int64_t n, int64_t k, bool accumulate) {
+void gemm_nn(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t n,
+             int64_t k, bool accumulate) {
   tab().gemm_nn(a, lda, b, ldb, c, ldc, m, n, k, accumulate);
 }
 

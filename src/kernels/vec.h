@@ -60,15 +60,14 @@ void l2norm(const float* x, float eps, float s, float* y, int64_t n);
 /// ext: [K−1+T, C] (the K−1 window rows, oldest first, then the T new rows);
 /// taps: [K, C] (tap j multiplies row t+j for output token t; tap K−1 is the newest);
 /// out: [T, C] = SiLU(Σ_j taps[j]·ext[t+j]). out must not alias ext.
-void short_conv_silu(const float* ext, const float* taps, int64_t T, int64_t C, int64_t K,
-                     float* out);
+void short_conv_silu(const float* ext, const float* taps, int64_t T, int64_t C, int64_t K, float* out);
 
 /// fp32 matrix product C [m, n] = A [m, k] · B [k, n] (or C += … when accumulate), all
 /// row-major with leading dimensions lda, ldb, ldc (elements). Register-blocked (4 rows × two
 /// vectors of columns, FMA where the ISA has it); each C element is one fp32 chain over k in
 /// order. Used for attention (scores = Q·Kᵀ with K stored transposed, out = P·V). C must not
 /// alias A or B.
-void gemm_nn(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-             int64_t m, int64_t n, int64_t k, bool accumulate);
+void gemm_nn(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t n,
+             int64_t k, bool accumulate);
 
 }  // namespace k3::vec

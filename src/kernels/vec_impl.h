@@ -118,8 +118,7 @@ inline float reduce2(const float* a, const float* b, int64_t n, F f) {
   vf acc[kUnroll] = {};
   int64_t i = 0;
   for (; i + kUnroll * kLanes <= n; i += kUnroll * kLanes)
-    for (int u = 0; u < kUnroll; ++u)
-      acc[u] += f(loadv(a + i + u * kLanes), loadv(b + i + u * kLanes));
+    for (int u = 0; u < kUnroll; ++u) acc[u] += f(loadv(a + i + u * kLanes), loadv(b + i + u * kLanes));
   for (; i + kLanes <= n; i += kLanes) acc[0] += f(loadv(a + i), loadv(b + i));
   if (i < n) acc[1] += f(load_part(a + i, n - i), load_part(b + i, n - i));  // pads: f(0,0) = 0
   return hsum((acc[0] + acc[1]) + (acc[2] + acc[3]));
@@ -277,12 +276,11 @@ void l2norm(const float* x, float eps, float s, float* y, int64_t n) {
 // taps of the strip in registers, down all T tokens: K ext lines + 1 out line are live per set,
 // and each ext line is reused by the next K−1 tokens. Other K and the last C mod 16 columns take
 // the generic loop. Both sum in the order j = 0, 1, ..., K−1 starting from the j = 0 product.
-inline constexpr int64_t kStrip = 16;                 // floats per 64-byte strip
+inline constexpr int64_t kStrip = 16;                              // floats per 64-byte strip
 inline constexpr int kStripV = static_cast<int>(kStrip) / kLanes;  // vectors per strip
 
 template <int K>
-inline void conv_strip(const float* ext, const float* taps, int64_t T, int64_t C, int64_t c,
-                       float* out) {
+inline void conv_strip(const float* ext, const float* taps, int64_t T, int64_t C, int64_t c, float* out) {
   vf tp[K][kStripV];
   for (int j = 0; j < K; ++j)
     for (int v = 0; v < kStripV; ++v) tp[j][v] = loadv(taps + j * C + c + v * kLanes);
@@ -297,21 +295,18 @@ inline void conv_strip(const float* ext, const float* taps, int64_t T, int64_t C
 }
 
 // Generic path: out[t, c .. c+m) for m <= kLanes columns, any K.
-inline vf conv_col(const float* ext, const float* taps, int64_t t, int64_t C, int64_t K, int64_t c,
-                   int64_t m) {
+inline vf conv_col(const float* ext, const float* taps, int64_t t, int64_t C, int64_t K, int64_t c, int64_t m) {
   if (m == kLanes) {
     vf acc = loadv(taps + c) * loadv(ext + t * C + c);
     for (int64_t j = 1; j < K; ++j) acc += loadv(taps + j * C + c) * loadv(ext + (t + j) * C + c);
     return silu_v(acc);
   }
   vf acc = load_part(taps + c, m) * load_part(ext + t * C + c, m);
-  for (int64_t j = 1; j < K; ++j)
-    acc += load_part(taps + j * C + c, m) * load_part(ext + (t + j) * C + c, m);
+  for (int64_t j = 1; j < K; ++j) acc += load_part(taps + j * C + c, m) * load_part(ext + (t + j) * C + c, m);
   return silu_v(acc);
 }
 
-void short_conv_silu(const float* ext, const float* taps, int64_t T, int64_t C, int64_t K,
-                     float* out) {
+void short_conv_silu(const float* ext, const float* taps, int64_t T, int64_t C, int64_t K, float* out) {
   int64_t c0 = 0;
   if (K >= 1 && K <= 4) {
     for (; c0 + kStrip <= C; c0 += kStrip) {
@@ -330,11 +325,10 @@ void short_conv_silu(const float* ext, const float* taps, int64_t T, int64_t C, 
   }
 }
 
-
 // gemm_nn micro tile: rows [i0, i0+MR) x columns [j0, j0 + 2·kLanes) (nj <= 2·kLanes valid).
 template <int MR, bool kFull>
-inline void gemm_nn_tile(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                         int64_t ldc, int64_t nj, int64_t k, bool accumulate) {
+inline void gemm_nn_tile(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t nj,
+                         int64_t k, bool accumulate) {
   vf acc[MR][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = vf{};
   const int64_t n0 = nj < kLanes ? nj : kLanes, n1 = nj - n0;
@@ -355,14 +349,13 @@ inline void gemm_nn_tile(const float* a, int64_t lda, const float* b, int64_t ld
       storev(cr + kLanes, accumulate ? loadv(cr + kLanes) + acc[r][1] : acc[r][1]);
     } else {
       store_part(cr, accumulate ? load_part(cr, n0) + acc[r][0] : acc[r][0], n0);
-      if (n1 > 0)
-        store_part(cr + kLanes, accumulate ? load_part(cr + kLanes, n1) + acc[r][1] : acc[r][1], n1);
+      if (n1 > 0) store_part(cr + kLanes, accumulate ? load_part(cr + kLanes, n1) + acc[r][1] : acc[r][1], n1);
     }
   }
 }
 
-void gemm_nn(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-             int64_t m, int64_t n, int64_t k, bool accumulate) {
+void gemm_nn(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t n,
+             int64_t k, bool accumulate) {
   constexpr int64_t NB = 2 * kLanes;
   // Column blocks outside: the B panel [k, NB] stays in L1 while every row block passes.
   for (int64_t j0 = 0; j0 < n; j0 += NB) {
@@ -370,16 +363,12 @@ void gemm_nn(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
     const bool full = nj == NB;
     int64_t i0 = 0;
     for (; i0 + 4 <= m; i0 += 4) {
-      if (full)
-        gemm_nn_tile<4, true>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
-      else
-        gemm_nn_tile<4, false>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
+      if (full) gemm_nn_tile<4, true>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
+      else gemm_nn_tile<4, false>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
     }
     for (; i0 < m; ++i0) {
-      if (full)
-        gemm_nn_tile<1, true>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
-      else
-        gemm_nn_tile<1, false>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
+      if (full) gemm_nn_tile<1, true>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
+      else gemm_nn_tile<1, false>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
     }
   }
 }

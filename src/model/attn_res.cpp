@@ -7,8 +7,8 @@
 
 namespace k3 {
 
-void attn_res_mix(const std::vector<const float*>& sources, int64_t T, int64_t D, const float* score,
-                  float eps, float* out, float* weights) {
+void attn_res_mix(const std::vector<const float*>& sources, int64_t T, int64_t D, const float* score, float eps,
+                  float* out, float* weights) {
   const int64_t n = static_cast<int64_t>(sources.size());
   if (n == 0) throw Error("AttnRes mix: no sources");
   std::vector<float> logit(n), p(n);
@@ -36,15 +36,13 @@ AttnResStream::AttnResStream(const float* x0, int64_t T, int64_t D, float eps)
 
 void AttnResStream::mix(const AttnResWeights& w, float* out, float* weights, bool fast) const {
   if (static_cast<int64_t>(w.score.size()) != D_)
-    throw Error("AttnRes mix: score vector has " + std::to_string(w.score.size()) +
-                " entries, expected " + std::to_string(D_));
+    throw Error("AttnRes mix: score vector has " + std::to_string(w.score.size()) + " entries, expected " +
+                std::to_string(D_));
   std::vector<const float*> src;
   for (const auto& b : bank_) src.push_back(b.data());
   if (has_prefix_) src.push_back(prefix_.data());
-  if (fast)
-    attn_res_mix_fast(src, T_, D_, w.score.data(), eps_, out, weights);
-  else
-    attn_res_mix(src, T_, D_, w.score.data(), eps_, out, weights);
+  if (fast) attn_res_mix_fast(src, T_, D_, w.score.data(), eps_, out, weights);
+  else attn_res_mix(src, T_, D_, w.score.data(), eps_, out, weights);
 }
 
 void AttnResStream::snapshot() {

@@ -16,8 +16,8 @@ namespace k3 {
 ///   score_j = Σ_d s[d]·v_j[d] / sqrt(mean_d(v_j²) + eps); p = softmax_j(score); out = Σ_j p_j v_j.
 /// sources: n pointers to [T, D] fp32 blocks; score: [D]; out: [T, D] (must not alias a source);
 /// weights (optional): [T, n] receives p.
-void attn_res_mix(const std::vector<const float*>& sources, int64_t T, int64_t D, const float* score,
-                  float eps, float* out, float* weights);
+void attn_res_mix(const std::vector<const float*>& sources, int64_t T, int64_t D, const float* score, float eps,
+                  float* out, float* weights);
 
 // The fast twin, attn_res_mix_fast (same contract, fp32, the execution context's kernels), is
 // the named op of kernels/attn_res_mix.h.

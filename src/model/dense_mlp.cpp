@@ -36,8 +36,8 @@ GluAct to_glu_act(const GluActivation& a) {
   return g;
 }
 
-void glu_mlp_forward(const GluMlpWeights& w, const GluActivation& act, const float* x, int64_t T,
-                     float* out, const ExecOptions& ex) {
+void glu_mlp_forward(const GluMlpWeights& w, const GluActivation& act, const float* x, int64_t T, float* out,
+                     const ExecOptions& ex) {
   const int64_t I = w.gate->shape[0];
   std::vector<float> g(T * I), u(T * I);
   if (ex.fast) {

@@ -16,8 +16,8 @@ namespace k3 {
 /// (hidden_act "silu", Kimi-Linear-family default).
 struct GluActivation {
   bool situ = true;
-  float beta = 4.f;                    ///< activation_situ_beta
-  std::optional<float> linear_beta;    ///< activation_situ_linear_beta (absent: up untransformed)
+  float beta = 4.f;                  ///< activation_situ_beta
+  std::optional<float> linear_beta;  ///< activation_situ_linear_beta (absent: up untransformed)
   float operator()(float g, float u) const;
   /// Throws k3::Error on a hidden_act other than "situ" / "silu".
   static GluActivation from(const ModelConfig& c);
@@ -26,8 +26,8 @@ struct GluActivation {
 /// out[t] = W_down · act(W_gate x[t], W_up x[t]); x: [T, D] fp32, out: [T, D] (must not alias x).
 /// ex.fast: k3::matmul (each weight read once for all T tokens) + glu_activation; otherwise the
 /// k3::ref oracle.
-void glu_mlp_forward(const GluMlpWeights& w, const GluActivation& act, const float* x, int64_t T,
-                     float* out, const ExecOptions& ex = {});
+void glu_mlp_forward(const GluMlpWeights& w, const GluActivation& act, const float* x, int64_t T, float* out,
+                     const ExecOptions& ex = {});
 
 /// The kernels' form of `a` (kernels/ops.h GluAct; absent linear beta -> 0).
 GluAct to_glu_act(const GluActivation& a);

@@ -10,8 +10,8 @@ namespace k3 {
 
 namespace {
 
-void write_npy_file(const std::filesystem::path& file, const char* descr,
-                    const std::vector<int64_t>& shape, const void* data, size_t elem_size) {
+void write_npy_file(const std::filesystem::path& file, const char* descr, const std::vector<int64_t>& shape,
+                    const void* data, size_t elem_size) {
   std::string shp = "(";
   uint64_t n = 1;
   for (size_t i = 0; i < shape.size(); ++i) {

@@ -35,8 +35,8 @@ class DumpSink {
   const std::filesystem::path& dir() const { return dir_; }
 
  private:
-  void write_npy(const std::string& name, const char* descr, const std::vector<int64_t>& shape,
-                 const void* data, size_t elem_size);
+  void write_npy(const std::string& name, const char* descr, const std::vector<int64_t>& shape, const void* data,
+                 size_t elem_size);
   std::filesystem::path dir_;
   std::vector<std::string> names_;
 };

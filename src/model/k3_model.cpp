@@ -70,8 +70,7 @@ struct Model::Impl {
           w.layers[il].moe.store = opt.expert_store.get();
           w.layers[il].moe.layer = static_cast<int>(il);
         }
-    if (cfg.attn_res_block_size <= 0)
-      throw Error("config: attn_res_block_size must be > 0 (K3 uses Block AttnRes)");
+    if (cfg.attn_res_block_size <= 0) throw Error("config: attn_res_block_size must be > 0 (K3 uses Block AttnRes)");
   }
 
   /// One piece of a sequence in a batched layer loop: its state, its tokens, and the logits
@@ -80,7 +79,7 @@ struct Model::Impl {
     SequenceState::Impl* st;
     std::span<const int32_t> tokens;
     int64_t n_logits;
-    bool per_token = false;                ///< BatchEntry::per_token
+    bool per_token = false;         ///< BatchEntry::per_token
     StateLog* kda_steps = nullptr;  ///< BatchEntry::kda_steps
   };
   /// The layer loop of spec §3.1 over validated inputs, all parts stacked into one block;
@@ -88,8 +87,7 @@ struct Model::Impl {
   std::vector<std::vector<float>> run(std::span<const Part> parts, DumpSink* dump) const;
 };
 
-Model::Model(const Checkpoint& ck, ModelOptions options)
-    : impl_(std::make_unique<Impl>(ck, options)) {}
+Model::Model(const Checkpoint& ck, ModelOptions options) : impl_(std::make_unique<Impl>(ck, options)) {}
 const ModelOptions& Model::options() const { return impl_->opt; }
 Model::~Model() = default;
 const ModelConfig& Model::config() const { return impl_->cfg; }
@@ -104,8 +102,7 @@ namespace {
 
 /// RMSNorm of each of the T rows of x [T, D] with weight w [D]: the fp64 oracle, or (fast) the
 /// dispatched fp32 kernel with tokens split across threads.
-FBuf rmsnorm_rows(const float* x, int64_t T, int64_t D, const std::vector<float>& w,
-                                float eps, bool fast) {
+FBuf rmsnorm_rows(const float* x, int64_t T, int64_t D, const std::vector<float>& w, float eps, bool fast) {
   FBuf y(static_cast<size_t>(T * D));
   if (!fast) {
     for (int64_t t = 0; t < T; ++t) ref::rmsnorm(x + t * D, D, w.data(), eps, y.data() + t * D);
@@ -126,8 +123,7 @@ std::vector<float> Model::forward(SequenceState& seq, std::span<const int32_t> t
   return std::move(forward_batch(std::span<const BatchEntry>(&e, 1), dump)[0]);
 }
 
-std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry> batch,
-                                                     DumpSink* dump) const {
+std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry> batch, DumpSink* dump) const {
   const Impl& m = *impl_;
   const ExecScope scope(m.ctx);  // every kernel of this call runs the model's execution config
   const ModelConfig& cfg = m.cfg;
@@ -149,9 +145,8 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry>
         throw Error("forward: " + where(i) + "token id " + std::to_string(e.tokens[t]) + " at position " +
                     std::to_string(t) + " outside [0, vocab_size = " + std::to_string(V) + ")");
     if (e.per_token && static_cast<int64_t>(e.tokens.size()) > m.opt.prefill_chunk)
-      throw Error("forward: " + where(i) + "a per-token (decode-form) entry of " +
-                  std::to_string(e.tokens.size()) + " tokens exceeds prefill_chunk = " +
-                  std::to_string(m.opt.prefill_chunk));
+      throw Error("forward: " + where(i) + "a per-token (decode-form) entry of " + std::to_string(e.tokens.size()) +
+                  " tokens exceeds prefill_chunk = " + std::to_string(m.opt.prefill_chunk));
     if (e.kda_steps && !e.per_token)
       throw Error("forward: " + where(i) + "kda_steps needs a per-token (decode-form) entry");
   }
@@ -176,19 +171,17 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry>
         if (e.tokens.size() <= b) continue;
         const size_t n = std::min(piece, e.tokens.size() - b);
         const bool last = b + n == e.tokens.size();
-        const int64_t n_logits = e.logits == BatchLogits::All                 ? static_cast<int64_t>(n)
+        const int64_t n_logits = e.logits == BatchLogits::All              ? static_cast<int64_t>(n)
                                  : (e.logits == BatchLogits::Last && last) ? 1
-                                                                            : 0;
+                                                                           : 0;
         parts.push_back({&state_impl(*e.seq), e.tokens.subspan(b, n), n_logits, e.per_token, e.kda_steps});
         owner.push_back(i);
       }
       std::vector<std::vector<float>> l = m.run(parts, dump);
       for (size_t p = 0; p < parts.size(); ++p) {
         std::vector<float>& dst = logits[static_cast<size_t>(owner[p])];
-        if (dst.empty())
-          dst = std::move(l[p]);
-        else
-          dst.insert(dst.end(), l[p].begin(), l[p].end());
+        if (dst.empty()) dst = std::move(l[p]);
+        else dst.insert(dst.end(), l[p].begin(), l[p].end());
       }
     }
     return logits;
@@ -264,8 +257,7 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
       const int64_t k = m.moe.k;
       std::vector<int32_t> ids(static_cast<size_t>(T * k));
       std::vector<float> wts(static_cast<size_t>(T * k));
-      latent_moe_forward(L.moe, m.moe, m.act, xn.data(), T, sub.data(), ids.data(), wts.data(),
-                         m.ex);
+      latent_moe_forward(L.moe, m.moe, m.act, xn.data(), T, sub.data(), ids.data(), wts.data(), m.ex);
       if (dump) {
         dump->add_i32(name(il, "router_topk_ids"), {T, k}, ids.data());
         dump->add(name(il, "router_topk_w"), {T, k}, wts.data());
@@ -297,10 +289,8 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
   for (int64_t r = 0; r < n_out; ++r) std::copy_n(&h[out_rows[r] * D], D, &fin[r * D]);
   FBuf xn = rmsnorm_rows(fin.data(), n_out, D, m.w.final_norm, eps, m.ex.fast);
   std::vector<float> all(static_cast<size_t>(n_out * V));
-  if (m.ex.fast)
-    k3::matmul(*m.w.lm_head, xn.data(), n_out, all.data());
-  else
-    ref::matmul(*m.w.lm_head, xn.data(), n_out, all.data());
+  if (m.ex.fast) k3::matmul(*m.w.lm_head, xn.data(), n_out, all.data());
+  else ref::matmul(*m.w.lm_head, xn.data(), n_out, all.data());
   if (dump) dump->add("logits", {n_out, V}, all.data());
   int64_t r = 0;
   for (int64_t s = 0; s < S; ++s) {

@@ -92,8 +92,8 @@ class Model {
   /// by the next call). `dump`, when given, receives the named intermediates (model/dump.h); a
   /// dumped call runs as one piece (no prefill chunking) so each name appears once.
   /// The batch of one: forward_batch({{&seq, tokens, all_logits ? All : Last}}, dump)[0].
-  std::vector<float> forward(SequenceState& seq, std::span<const int32_t> tokens,
-                             bool all_logits, DumpSink* dump = nullptr) const;
+  std::vector<float> forward(SequenceState& seq, std::span<const int32_t> tokens, bool all_logits,
+                             DumpSink* dump = nullptr) const;
 
   /// The forward pass over a batch of sequences, the one model loop (spec §3.1): every entry's
   /// tokens are stacked into one [T_total, D] block, so each weight matrix is read once for all
@@ -106,8 +106,8 @@ class Model {
   /// state or tokens, the same state twice, an id out of range (names the entry and position),
   /// a state of another model, a dump with more than one entry. An error mid-pass (corrupt
   /// weights) marks every state of the batch unusable.
-  std::vector<std::vector<float>> forward_batch(std::span<const BatchEntry> batch,
-                                                DumpSink* dump = nullptr) const;
+  std::vector<std::vector<float>> forward_batch(std::span<const BatchEntry> batch, DumpSink* dump = nullptr) const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

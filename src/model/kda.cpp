@@ -28,9 +28,10 @@ KdaDims KdaDims::from(const ModelConfig& c) {
   d.lower_bound = c.gate_lower_bound;
   d.rms_eps = c.rms_norm_eps;
   if (d.H <= 0 || d.d <= 0 || d.K < 1)
-    throw Error("config: linear_attn_config needs num_heads > 0, head_dim > 0, "
-                "short_conv_kernel_size >= 1; found " + std::to_string(d.H) + ", " +
-                std::to_string(d.d) + ", " + std::to_string(d.K));
+    throw Error(
+        "config: linear_attn_config needs num_heads > 0, head_dim > 0, "
+        "short_conv_kernel_size >= 1; found " +
+        std::to_string(d.H) + ", " + std::to_string(d.d) + ", " + std::to_string(d.K));
   return d;
 }
 
@@ -49,8 +50,8 @@ namespace {
 
 /// Causal depthwise conv + SiLU for one token and one of q/k/v (spec §3.2 step 2).
 /// raw: [C] this token's projection; taps: [C, K]; window: [K−1, C] (oldest first), advanced.
-void short_conv_silu(const float* raw, const std::vector<float>& taps, float* window, int64_t C,
-                     int64_t K, float* out) {
+void short_conv_silu(const float* raw, const std::vector<float>& taps, float* window, int64_t C, int64_t K,
+                     float* out) {
   for (int64_t c = 0; c < C; ++c) {
     const float* w = taps.data() + c * K;
     double acc = 0.0;
@@ -67,8 +68,8 @@ void short_conv_silu(const float* raw, const std::vector<float>& taps, float* wi
 
 /// Delta-rule step for one head in the exact order of algorithms.md §1.2.
 /// S: [d, d] key-major; q (normalized, scaled), k (normalized), v: [d]; alpha: [d] = exp(g).
-void delta_rule_step(float* S, const float* q, const float* k, const float* v, const float* alpha,
-                     float beta, int64_t d, float* o, std::vector<float>& u) {
+void delta_rule_step(float* S, const float* q, const float* k, const float* v, const float* alpha, float beta,
+                     int64_t d, float* o, std::vector<float>& u) {
   // 1. Decay: row i scaled by α[i].
   for (int64_t i = 0; i < d; ++i)
     for (int64_t j = 0; j < d; ++j) S[i * d + j] *= alpha[i];
@@ -95,8 +96,8 @@ void delta_rule_step(float* S, const float* q, const float* k, const float* v, c
 /// and output gating as named ops (kernels/kda_prepare.h), the chunkwise / decode KDA kernels
 /// per sequence. Projections and o_proj run once over all
 /// rows of the batch. Oracle: the token-by-token path below (fast_path_test).
-void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x,
-                      std::span<const SeqRows> segs, std::span<KdaState* const> states, float* out) {
+void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, std::span<const SeqRows> segs,
+                      std::span<KdaState* const> states, float* out) {
   const int64_t H = dm.H, d = dm.d, C = dm.C(), K = dm.K, W = K - 1;
   const int64_t T = total_rows(segs), S = static_cast<int64_t>(segs.size());
   // Projections of every row: p[i] = q/k/v [T, C].
@@ -153,8 +154,7 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x,
       StateLog* log = segs[s].kda_steps;
       for (int64_t t = 0; t < Ts; ++t) {
         const size_t a = static_cast<size_t>((r0 + t) * C);
-        kda_decode_step(Hi, di, di, &q[a], &k[a], &v[a], &g[a], &beta[(r0 + t) * H], st.S.data(),
-                        &o[a]);
+        kda_decode_step(Hi, di, di, &q[a], &k[a], &v[a], &g[a], &beta[(r0 + t) * H], st.S.data(), &o[a]);
         if (!log) continue;
         log->append(st.S);
         for (int64_t i = 0; i < 3; ++i) {  // the window after token t: ext rows [t + 1, t + 1 + W)
@@ -165,8 +165,7 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x,
       return;
     }
     const size_t a = static_cast<size_t>(r0 * C);
-    kda_chunk(static_cast<int>(Ts), Hi, di, di, &q[a], &k[a], &v[a], &g[a], &beta[r0 * H],
-              st.S.data(), &o[a], 64);
+    kda_chunk(static_cast<int>(Ts), Hi, di, di, &q[a], &k[a], &v[a], &g[a], &beta[r0 * H], st.S.data(), &o[a], 64);
   };
   {
     const prof::Scope timer("kda.recurrence", 0);  // k3 bench --profile (the state is not a weight)
@@ -184,31 +183,27 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x,
 
 }  // namespace
 
-void kda_forward(const KdaWeights& w, const KdaDims& dm, const float* x, int64_t T, KdaState& st,
-                 float* out, const ExecOptions& ex) {
+void kda_forward(const KdaWeights& w, const KdaDims& dm, const float* x, int64_t T, KdaState& st, float* out,
+                 const ExecOptions& ex) {
   const SeqRows seg{0, T};
   KdaState* sp = &st;
-  kda_forward_batch(w, dm, x, std::span<const SeqRows>(&seg, 1), std::span<KdaState* const>(&sp, 1),
-                    out, ex);
+  kda_forward_batch(w, dm, x, std::span<const SeqRows>(&seg, 1), std::span<KdaState* const>(&sp, 1), out, ex);
 }
 
-void kda_forward_batch(const KdaWeights& w, const KdaDims& dm, const float* x,
-                       std::span<const SeqRows> segs, std::span<KdaState* const> states, float* out,
-                       const ExecOptions& ex) {
+void kda_forward_batch(const KdaWeights& w, const KdaDims& dm, const float* x, std::span<const SeqRows> segs,
+                       std::span<KdaState* const> states, float* out, const ExecOptions& ex) {
   const int64_t H = dm.H, d = dm.d, C = dm.C(), K = dm.K;
   if (segs.size() != states.size() || segs.empty())
-    throw Error("KDA batch: expected one state per sequence, found " + std::to_string(states.size()) +
-                " states for " + std::to_string(segs.size()) + " sequences");
+    throw Error("KDA batch: expected one state per sequence, found " + std::to_string(states.size()) + " states for " +
+                std::to_string(segs.size()) + " sequences");
   for (size_t s = 0; s < segs.size(); ++s) {
     const KdaState& st = *states[s];
     if (segs[s].T < 1 || segs[s].row0 != (s == 0 ? 0 : segs[s - 1].row0 + segs[s - 1].T))
       throw Error("KDA batch: sequence " + std::to_string(s) + " rows do not follow the previous one");
-    if (st.S.size() != static_cast<size_t>(H * d * d) ||
-        st.conv.size() != static_cast<size_t>(3 * (K - 1) * C))
-      throw Error("KDA state: expected S [" + std::to_string(H) + ", " + std::to_string(d) + ", " +
-                  std::to_string(d) + "] and conv [3, " + std::to_string(K - 1) + ", " +
-                  std::to_string(C) + "], found " + std::to_string(st.S.size()) + " and " +
-                  std::to_string(st.conv.size()) + " floats");
+    if (st.S.size() != static_cast<size_t>(H * d * d) || st.conv.size() != static_cast<size_t>(3 * (K - 1) * C))
+      throw Error("KDA state: expected S [" + std::to_string(H) + ", " + std::to_string(d) + ", " + std::to_string(d) +
+                  "] and conv [3, " + std::to_string(K - 1) + ", " + std::to_string(C) + "], found " +
+                  std::to_string(st.S.size()) + " and " + std::to_string(st.conv.size()) + " floats");
   }
   if (ex.fast) return kda_forward_fast(w, dm, x, segs, states, out);
   const int64_t T = total_rows(segs);
@@ -245,8 +240,8 @@ void kda_forward_batch(const KdaWeights& w, const KdaDims& dm, const float* x,
           alpha[c] = std::exp(kda_decay_gate(z[t * C + c], w.dt_bias[c], w.a_log[h], dm.lower_bound));
         }
         const float beta = ref::sigmoid(bl[t * H + h]);
-        delta_rule_step(st.S.data() + h * d * d, qh, kh, v.data() + h * d, alpha.data() + h * d,
-                        beta, d, o.data() + h * d, u);
+        delta_rule_step(st.S.data() + h * d * d, qh, kh, v.data() + h * d, alpha.data() + h * d, beta, d,
+                        o.data() + h * d, u);
         // Output: per-head RMSNorm (shared weight) times σ(full-rank gate).
         float* yh = y.data() + t * C + h * d;
         ref::rmsnorm(o.data() + h * d, d, w.o_norm.data(), dm.rms_eps, yh);

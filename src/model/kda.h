@@ -20,10 +20,10 @@ namespace k3 {
 
 /// Every KDA dimension, taken from the config.
 struct KdaDims {
-  int64_t D = 0;  ///< hidden size
-  int64_t H = 0;  ///< heads (linear_attn_config.num_heads)
-  int64_t d = 0;  ///< head dim (key and value)
-  int64_t K = 0;  ///< short conv width
+  int64_t D = 0;                     ///< hidden size
+  int64_t H = 0;                     ///< heads (linear_attn_config.num_heads)
+  int64_t d = 0;                     ///< head dim (key and value)
+  int64_t K = 0;                     ///< short conv width
   std::optional<float> lower_bound;  ///< K3 gate when set (−5); Kimi-Linear gate when absent
   float rms_eps = 1e-5f;             ///< o_norm eps (rms_norm_eps)
   int64_t C() const { return H * d; }
@@ -57,8 +57,8 @@ float kda_decay_gate(float z, float dt_bias, float a_log, std::optional<float> l
 /// ex.fast: projections through k3::matmul for all T tokens, conv/norm/gate per token, then the
 /// chunkwise kernel kda_chunk (T > 1, C = 64) or kda_decode_step (T == 1) on the same state;
 /// otherwise the per-token k3::ref recurrence below (the oracle).
-void kda_forward(const KdaWeights& w, const KdaDims& dims, const float* x, int64_t T,
-                 KdaState& state, float* out, const ExecOptions& ex = {});
+void kda_forward(const KdaWeights& w, const KdaDims& dims, const float* x, int64_t T, KdaState& state, float* out,
+                 const ExecOptions& ex = {});
 
 /// kda_forward over a batch of sequences (kda_forward is the batch of one): x and out are
 /// [T_total, D] blocks whose rows segs[s] belong to sequence s, whose state is states[s]
@@ -67,8 +67,7 @@ void kda_forward(const KdaWeights& w, const KdaDims& dims, const float* x, int64
 /// bit-identical to kda_forward on each sequence alone (tests/model/test_batch.cpp).
 /// Errors: k3::Error when segs and states differ in count, segs do not tile [0, T_total) in
 /// order, or a state does not match `dims` (nothing is advanced then).
-void kda_forward_batch(const KdaWeights& w, const KdaDims& dims, const float* x,
-                       std::span<const SeqRows> segs, std::span<KdaState* const> states, float* out,
-                       const ExecOptions& ex = {});
+void kda_forward_batch(const KdaWeights& w, const KdaDims& dims, const float* x, std::span<const SeqRows> segs,
+                       std::span<KdaState* const> states, float* out, const ExecOptions& ex = {});
 
 }  // namespace k3

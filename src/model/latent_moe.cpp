@@ -35,8 +35,8 @@ MoeDims MoeDims::from(const ModelConfig& c) {
     throw Error("config: num_expert_group = " + std::to_string(c.num_expert_group) +
                 " (grouped top-k) is not supported; K3 uses 1");
   if (d.k < 1 || d.k > d.E)
-    throw Error("config: num_experts_per_token = " + std::to_string(d.k) + " outside [1, num_experts = " +
-                std::to_string(d.E) + "]");
+    throw Error("config: num_experts_per_token = " + std::to_string(d.k) +
+                " outside [1, num_experts = " + std::to_string(d.E) + "]");
   return d;
 }
 
@@ -57,9 +57,8 @@ std::string expert_name(const MoeWeights& w, int64_t e) {
 }
 
 /// Fast path of latent_moe_forward (see the header).
-void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation& act,
-                     const float* x, int64_t T, float* out, int32_t* topk_ids, float* topk_w,
-                     const ExecOptions& ex) {
+void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation& act, const float* x, int64_t T,
+                     float* out, int32_t* topk_ids, float* topk_w, const ExecOptions& ex) {
   const int64_t D = dm.D, E = dm.E, L = dm.L;
   const int k = dm.k;
   // 1–3. Router for every token: s = σ(W_gate x) [T, E], then per-token top-k.
@@ -85,9 +84,8 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
   std::vector<float> wts(static_cast<size_t>(T * k));
   vec::sigmoid(logits.data(), logits.data(), T * E);
   for (int64_t t = 0; t < T; ++t)
-    router_select_topk(std::span<const float>(&logits[t * E], E), w.bias, k, dm.renormalize,
-                       dm.scaling, std::span<int32_t>(&ids[t * k], k),
-                       std::span<float>(&wts[t * k], k));
+    router_select_topk(std::span<const float>(&logits[t * E], E), w.bias, k, dm.renormalize, dm.scaling,
+                       std::span<int32_t>(&ids[t * k], k), std::span<float>(&wts[t * k], k));
   // 4. Latent down-projection for the whole block: z, above.
   // 5–6. Group tokens by expert (ascending ids); the selected experts run in parallel, each on
   // its group's rows (written to its own slice of yall), then a serial scatter-add in expert
@@ -140,8 +138,7 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
         } else {
           exw = w.experts[ei];
         }
-        mxfp4_glu_ffn(exw.w1, exw.w3, exw.w2, zg.data(), n, ga, &yall[offset[a] * L], ex.mxfp4,
-                      expert_name(w, ei));
+        mxfp4_glu_ffn(exw.w1, exw.w3, exw.w2, zg.data(), n, ga, &yall[offset[a] * L], ex.mxfp4, expert_name(w, ei));
       }
     });
   };
@@ -175,8 +172,7 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
       vec::axpy(grp[r].second, &yall[(offset[a] + static_cast<int64_t>(r)) * L], &acc[grp[r].first * L], L);
   }
   if (!w.latent_norm.empty())
-    for (int64_t t = 0; t < T; ++t)
-      vec::rmsnorm(&acc[t * L], w.latent_norm.data(), dm.rms_eps, &acc[t * L], L);
+    for (int64_t t = 0; t < T; ++t) vec::rmsnorm(&acc[t * L], w.latent_norm.data(), dm.rms_eps, &acc[t * L], L);
   // 7–8. Up-projection for the whole block plus the shared experts.
   k3::matmul(*w.up, acc.data(), T, out);
   if (w.shared) {  // glu_mlp_forward's fast path on the gate and up computed above
@@ -191,9 +187,8 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
 
 }  // namespace
 
-void latent_moe_forward(const MoeWeights& w, const MoeDims& dm, const GluActivation& act,
-                        const float* x, int64_t T, float* out, int32_t* topk_ids, float* topk_w,
-                        const ExecOptions& ex) {
+void latent_moe_forward(const MoeWeights& w, const MoeDims& dm, const GluActivation& act, const float* x, int64_t T,
+                        float* out, int32_t* topk_ids, float* topk_w, const ExecOptions& ex) {
   const int64_t D = dm.D, E = dm.E, L = dm.L, Im = dm.Im;
   const int k = dm.k;
   std::vector<float> logits(E), z(L), g(Im), u(Im), y(L), acc(L), r(D);
@@ -228,9 +223,7 @@ void latent_moe_forward(const MoeWeights& w, const MoeDims& dm, const GluActivat
         streamed = {m.w1, m.w2, m.w3};
       }
       const ExpertWeights& ex = w.store ? streamed : w.experts[ids[i]];
-      const auto scale_name = [&](TensorRole role) {
-        return expert_matrix_name(w, role, ids[i]) + ".weight_scale";
-      };
+      const auto scale_name = [&](TensorRole role) { return expert_matrix_name(w, role, ids[i]) + ".weight_scale"; };
       ref::matvec_mxfp4(ex.w1, z.data(), g.data(), scale_name(TensorRole::ExpertW1));
       ref::matvec_mxfp4(ex.w3, z.data(), u.data(), scale_name(TensorRole::ExpertW3));
       for (int64_t j = 0; j < Im; ++j) g[j] = act(g[j], u[j]);

@@ -30,8 +30,7 @@ struct MoeDims {
 /// With w.store set, both paths take the experts' bytes from the ExpertStore (one acquire per
 /// call on the fast path: the block's distinct experts; per token on the oracle path) instead of
 /// the mapping — identical results; a failed read throws the store's k3::Error (names the shard).
-void latent_moe_forward(const MoeWeights& w, const MoeDims& dims, const GluActivation& act,
-                        const float* x, int64_t T, float* out, int32_t* topk_ids, float* topk_w,
-                        const ExecOptions& ex = {});
+void latent_moe_forward(const MoeWeights& w, const MoeDims& dims, const GluActivation& act, const float* x, int64_t T,
+                        float* out, int32_t* topk_ids, float* topk_w, const ExecOptions& ex = {});
 
 }  // namespace k3

@@ -28,8 +28,9 @@ MlaDims MlaDims::from(const ModelConfig& c) {
   d.norm_eps = c.mla_norm_eps;
   d.output_gate = c.mla_use_output_gate;
   if (d.H <= 0 || d.q_rank <= 0 || d.kv_rank <= 0 || d.dn + d.dr <= 0 || d.dv <= 0)
-    throw Error("config: MLA dimensions must be positive (num_attention_heads, q_lora_rank, "
-                "kv_lora_rank, qk_*_head_dim, v_head_dim)");
+    throw Error(
+        "config: MLA dimensions must be positive (num_attention_heads, q_lora_rank, "
+        "kv_lora_rank, qk_*_head_dim, v_head_dim)");
   return d;
 }
 
@@ -43,12 +44,11 @@ double dot(const float* a, const float* b, int64_t n) {
 
 /// Expanded attention for one head and one query over cache rows [0, n_ctx):
 /// kv: [n_all, dn + dv] per-position k_nope and v of this head.
-void attend_expanded(const float* q, const float* cache, const float* kv, int64_t n_ctx,
-                     const MlaDims& d, float scale, std::vector<float>& p, float* o) {
+void attend_expanded(const float* q, const float* cache, const float* kv, int64_t n_ctx, const MlaDims& d, float scale,
+                     std::vector<float>& p, float* o) {
   const int64_t row = d.row();
   for (int64_t s = 0; s < n_ctx; ++s) {
-    const double sc = dot(q, kv + s * (d.dn + d.dv), d.dn) +
-                      dot(q + d.dn, cache + s * row + d.kv_rank, d.dr);
+    const double sc = dot(q, kv + s * (d.dn + d.dv), d.dn) + dot(q + d.dn, cache + s * row + d.kv_rank, d.dr);
     p[s] = static_cast<float>(sc * scale);
   }
   ref::softmax(p.data(), n_ctx, p.data());
@@ -81,8 +81,8 @@ void attend_absorbed(const MlaWeights& w, int64_t h, const float* q, const float
 
 /// Oracle attention (fp64 dots) for T queries q [T, H, dn + dr] of one sequence over its
 /// (already appended) cache into o [T, H, dv].
-void mla_attend_ref(const MlaWeights& w, const MlaDims& d, const float* q, int64_t T,
-                    const MlaCache& cache, int64_t n_past, bool absorbed, float scale, float* o) {
+void mla_attend_ref(const MlaWeights& w, const MlaDims& d, const float* q, int64_t T, const MlaCache& cache,
+                    int64_t n_past, bool absorbed, float scale, float* o) {
   const int64_t H = d.H, dq = d.dn + d.dr, row = d.row(), n_all = n_past + T;
   const float* crows = cache.rows.data();
   std::vector<float> p(n_all), q_abs(d.kv_rank), ctx(d.kv_rank);
@@ -91,17 +91,14 @@ void mla_attend_ref(const MlaWeights& w, const MlaDims& d, const float* q, int64
     if (!absorbed) {
       kv.resize(static_cast<size_t>(n_all * (d.dn + d.dv)));
       for (int64_t s = 0; s < n_all; ++s)
-        ref::matvec_rows(*w.kv_b, h * (d.dn + d.dv), d.dn + d.dv, crows + s * row,
-                         kv.data() + s * (d.dn + d.dv));
+        ref::matvec_rows(*w.kv_b, h * (d.dn + d.dv), d.dn + d.dv, crows + s * row, kv.data() + s * (d.dn + d.dv));
     }
     for (int64_t t = 0; t < T; ++t) {
       const float* qh = q + t * H * dq + h * dq;
       float* oh = o + t * H * d.dv + h * d.dv;
       const int64_t n_ctx = n_past + t + 1;  // causal
-      if (absorbed)
-        attend_absorbed(w, h, qh, crows, n_ctx, d, scale, p, q_abs, ctx, oh);
-      else
-        attend_expanded(qh, crows, kv.data(), n_ctx, d, scale, p, oh);
+      if (absorbed) attend_absorbed(w, h, qh, crows, n_ctx, d, scale, p, q_abs, ctx, oh);
+      else attend_expanded(qh, crows, kv.data(), n_ctx, d, scale, p, oh);
     }
   }
 }
@@ -128,27 +125,27 @@ MlaKvbHalves mla_split_kv_b(const MlaWeights& w, const MlaDims& d) {
 
 MlaAttnShape mla_attn_shape(const MlaDims& d) { return MlaAttnShape{d.H, d.dn, d.dr, d.dv, d.kv_rank}; }
 
-void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t T, MlaCache& cache,
-                 float* out, MlaMode mode, const ExecOptions& ex, const MlaKvbHalves* kv_b) {
+void mla_forward(const MlaWeights& w, const MlaDims& d, const float* x, int64_t T, MlaCache& cache, float* out,
+                 MlaMode mode, const ExecOptions& ex, const MlaKvbHalves* kv_b) {
   const SeqRows seg{0, T};
   MlaCache* cp = &cache;
-  mla_forward_batch(w, d, x, std::span<const SeqRows>(&seg, 1), std::span<MlaCache* const>(&cp, 1),
-                    out, mode, ex, kv_b);
+  mla_forward_batch(w, d, x, std::span<const SeqRows>(&seg, 1), std::span<MlaCache* const>(&cp, 1), out, mode, ex,
+                    kv_b);
 }
 
-void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x,
-                       std::span<const SeqRows> segs, std::span<MlaCache* const> caches, float* out,
-                       MlaMode mode, const ExecOptions& ex, const MlaKvbHalves* kv_b) {
+void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x, std::span<const SeqRows> segs,
+                       std::span<MlaCache* const> caches, float* out, MlaMode mode, const ExecOptions& ex,
+                       const MlaKvbHalves* kv_b) {
   const int64_t H = d.H, dq = d.dn + d.dr, row = d.row();
   if (segs.size() != caches.size() || segs.empty())
-    throw Error("MLA batch: expected one cache per sequence, found " + std::to_string(caches.size()) +
-                " caches for " + std::to_string(segs.size()) + " sequences");
+    throw Error("MLA batch: expected one cache per sequence, found " + std::to_string(caches.size()) + " caches for " +
+                std::to_string(segs.size()) + " sequences");
   for (size_t s = 0; s < segs.size(); ++s) {
     if (segs[s].T < 1 || segs[s].row0 != (s == 0 ? 0 : segs[s - 1].row0 + segs[s - 1].T))
       throw Error("MLA batch: sequence " + std::to_string(s) + " rows do not follow the previous one");
     if (caches[s]->rows.size() % static_cast<size_t>(row) != 0)
-      throw Error("MLA cache: size " + std::to_string(caches[s]->rows.size()) +
-                  " is not a multiple of the row width " + std::to_string(row));
+      throw Error("MLA cache: size " + std::to_string(caches[s]->rows.size()) + " is not a multiple of the row width " +
+                  std::to_string(row));
   }
   const int64_t T = total_rows(segs), S = static_cast<int64_t>(segs.size());
   MlaKvbHalves own_kv_b;
@@ -161,10 +158,8 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x,
   // Token-parallel projections over every row of the batch.
   FBuf qa(T * d.q_rank), q(T * H * dq), ckv(T * row), gate(T * H * d.dv);
   auto mm = [&](const TensorView& wt, const float* in, float* y) {
-    if (ex.fast)
-      k3::matmul(wt, in, T, y);
-    else
-      ref::matmul(wt, in, T, y);
+    if (ex.fast) k3::matmul(wt, in, T, y);
+    else ref::matmul(wt, in, T, y);
   };
   if (ex.fast) {  // the projections of x: one parallel region for decode (ops.h matmul_same_input)
     const TensorView* xs[3] = {w.q_a, w.kv_a, w.g_proj};
@@ -202,22 +197,19 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x,
     for (int64_t t = 0; t < Ts; ++t) {
       float* r = cache.rows.data() + (n_past + t) * row;
       const float* c = &ckv[(r0 + t) * row];
-      if (ex.fast)
-        vec::rmsnorm(c, w.kv_a_norm.data(), d.norm_eps, r, d.kv_rank);
-      else
-        ref::rmsnorm(c, d.kv_rank, w.kv_a_norm.data(), d.norm_eps, r);
+      if (ex.fast) vec::rmsnorm(c, w.kv_a_norm.data(), d.norm_eps, r, d.kv_rank);
+      else ref::rmsnorm(c, d.kv_rank, w.kv_a_norm.data(), d.norm_eps, r);
       for (int64_t j = 0; j < d.dr; ++j) r[d.kv_rank + j] = c[d.kv_rank + j];
     }
     const int64_t n_all = n_past + Ts;
     const bool too_big = n_all * H * (d.dn + d.dv) * int64_t{4} > kMaxExpandedBytes;
-    const bool absorbed = mode == MlaMode::Absorbed || (mode == MlaMode::Auto && (Ts == 1 || too_big)) ||
-                          segs[s].per_token;
+    const bool absorbed =
+        mode == MlaMode::Absorbed || (mode == MlaMode::Auto && (Ts == 1 || too_big)) || segs[s].per_token;
     if (ex.fast && absorbed)
       mla_attend_absorbed(*kv_b, shape, &q[r0 * H * dq], Ts, cache.rows.data(), n_past, &o[r0 * H * d.dv]);
     else if (ex.fast)
       mla_attend_expanded(*w.kv_b, shape, &q[r0 * H * dq], Ts, cache.rows.data(), n_past, &o[r0 * H * d.dv]);
-    else
-      mla_attend_ref(w, d, &q[r0 * H * dq], Ts, cache, n_past, absorbed, scale, &o[r0 * H * d.dv]);
+    else mla_attend_ref(w, d, &q[r0 * H * dq], Ts, cache, n_past, absorbed, scale, &o[r0 * H * d.dv]);
   };
   // With at least as many sequences as threads, sequences run in parallel (the per-head loops
   // inside then run inline); the attention's results do not depend on the thread count.

@@ -21,11 +21,11 @@ namespace k3 {
 
 /// Every MLA dimension, from the config.
 struct MlaDims {
-  int64_t D = 0, H = 0;            ///< hidden size, heads
-  int64_t q_rank = 0, kv_rank = 0; ///< q_lora_rank, kv_lora_rank
-  int64_t dn = 0, dr = 0, dv = 0;  ///< qk_nope_head_dim, qk_rope_head_dim (unrotated), v_head_dim
-  float norm_eps = 1e-6f;          ///< q_a/kv_a layernorm eps (mla_norm_eps)
-  bool output_gate = true;         ///< mla_use_output_gate
+  int64_t D = 0, H = 0;                         ///< hidden size, heads
+  int64_t q_rank = 0, kv_rank = 0;              ///< q_lora_rank, kv_lora_rank
+  int64_t dn = 0, dr = 0, dv = 0;               ///< qk_nope_head_dim, qk_rope_head_dim (unrotated), v_head_dim
+  float norm_eps = 1e-6f;                       ///< q_a/kv_a layernorm eps (mla_norm_eps)
+  bool output_gate = true;                      ///< mla_use_output_gate
   int64_t row() const { return kv_rank + dr; }  ///< cache floats per token
   static MlaDims from(const ModelConfig& c);
 };
@@ -60,9 +60,8 @@ MlaAttnShape mla_attn_shape(const MlaDims& dims);
 /// ex.fast: projections through k3::matmul, attention by the ops of kernels/mla_attend.h
 /// (mla_attend_expanded / mla_attend_absorbed on `kv_b`, the halves from mla_split_kv_b; null:
 /// split here). Otherwise the k3::ref oracle (fp64 dots). Throws k3::Error on a malformed cache.
-void mla_forward(const MlaWeights& w, const MlaDims& dims, const float* x, int64_t T,
-                 MlaCache& cache, float* out, MlaMode mode = MlaMode::Auto,
-                 const ExecOptions& ex = {}, const MlaKvbHalves* kv_b = nullptr);
+void mla_forward(const MlaWeights& w, const MlaDims& dims, const float* x, int64_t T, MlaCache& cache, float* out,
+                 MlaMode mode = MlaMode::Auto, const ExecOptions& ex = {}, const MlaKvbHalves* kv_b = nullptr);
 
 /// mla_forward over a batch of sequences (mla_forward is the batch of one): x and out are
 /// [T_total, D] blocks whose rows segs[s] belong to sequence s, appended to caches[s]. The
@@ -70,9 +69,8 @@ void mla_forward(const MlaWeights& w, const MlaDims& dims, const float* x, int64
 /// decides per sequence). Outputs and caches are bit-identical to mla_forward on each sequence
 /// alone (tests/model/test_batch.cpp). Errors: k3::Error when segs and caches differ in count,
 /// segs do not tile [0, T_total) in order, or a cache is malformed (nothing is appended then).
-void mla_forward_batch(const MlaWeights& w, const MlaDims& dims, const float* x,
-                       std::span<const SeqRows> segs, std::span<MlaCache* const> caches, float* out,
-                       MlaMode mode = MlaMode::Auto, const ExecOptions& ex = {},
-                       const MlaKvbHalves* kv_b = nullptr);
+void mla_forward_batch(const MlaWeights& w, const MlaDims& dims, const float* x, std::span<const SeqRows> segs,
+                       std::span<MlaCache* const> caches, float* out, MlaMode mode = MlaMode::Auto,
+                       const ExecOptions& ex = {}, const MlaKvbHalves* kv_b = nullptr);
 
 }  // namespace k3

@@ -9,18 +9,16 @@
 
 namespace k3 {
 
-void router_select_topk(std::span<const float> scores, std::span<const float> bias, int k,
-                        bool renormalize, float scaling, std::span<int32_t> ids,
-                        std::span<float> weights) {
+void router_select_topk(std::span<const float> scores, std::span<const float> bias, int k, bool renormalize,
+                        float scaling, std::span<int32_t> ids, std::span<float> weights) {
   const size_t E = scores.size();
   if (bias.size() != E)
     throw Error("router: " + std::to_string(E) + " scores but " + std::to_string(bias.size()) +
                 " correction-bias entries");
   if (k < 1 || static_cast<size_t>(k) > E || ids.size() != static_cast<size_t>(k) ||
       weights.size() != static_cast<size_t>(k))
-    throw Error("router: top-k with k = " + std::to_string(k) + " over " + std::to_string(E) +
-                " experts (outputs " + std::to_string(ids.size()) + "/" +
-                std::to_string(weights.size()) + ")");
+    throw Error("router: top-k with k = " + std::to_string(k) + " over " + std::to_string(E) + " experts (outputs " +
+                std::to_string(ids.size()) + "/" + std::to_string(weights.size()) + ")");
   std::vector<int32_t> cand;
   std::vector<float> biased(E);
   cand.reserve(E);

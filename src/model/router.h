@@ -14,8 +14,7 @@ namespace k3 {
 /// scores, bias: [E] fp32; ids: [k] out, sorted ascending by expert id; weights: [k] out, in the
 /// same order as ids.
 /// Throws k3::Error when k < 1, k > E, sizes disagree, or fewer than k biased scores are not NaN.
-void router_select_topk(std::span<const float> scores, std::span<const float> bias, int k,
-                        bool renormalize, float scaling, std::span<int32_t> ids,
-                        std::span<float> weights);
+void router_select_topk(std::span<const float> scores, std::span<const float> bias, int k, bool renormalize,
+                        float scaling, std::span<int32_t> ids, std::span<float> weights);
 
 }  // namespace k3

@@ -26,8 +26,6 @@ struct SeqRows {
 };
 
 /// Total rows of a batch (the sum of T); the segments must tile [0, total) in order.
-inline int64_t total_rows(std::span<const SeqRows> segs) {
-  return segs.empty() ? 0 : segs.back().row0 + segs.back().T;
-}
+inline int64_t total_rows(std::span<const SeqRows> segs) { return segs.empty() ? 0 : segs.back().row0 + segs.back().T; }
 
 }  // namespace k3

@@ -28,30 +28,28 @@ SequenceState::Impl SequenceState::Impl::fresh(const ModelConfig& cfg) {
 
 void SequenceState::Impl::check_matches(const ModelConfig& cfg, const std::string& what) const {
   if (failed)
-    throw Error(what + ": sequence state was left inconsistent by a failed forward pass; "
+    throw Error(what +
+                ": sequence state was left inconsistent by a failed forward pass; "
                 "start a new sequence or restore a saved/forked state");
   if (layers.size() != cfg.plan.size())
-    throw Error(what + ": sequence state has " + std::to_string(layers.size()) +
-                " layers, model expects " + std::to_string(cfg.plan.size()));
+    throw Error(what + ": sequence state has " + std::to_string(layers.size()) + " layers, model expects " +
+                std::to_string(cfg.plan.size()));
   for (size_t il = 0; il < layers.size(); ++il) {
     const LayerState& L = layers[il];
     if (L.kind != cfg.plan[il].attn)
-      throw Error(what + ": layer " + std::to_string(il) + " state is " +
-                  (L.kind == AttnKind::KDA ? "KDA" : "MLA") + ", model layer is " +
-                  (cfg.plan[il].attn == AttnKind::KDA ? "KDA" : "MLA"));
+      throw Error(what + ": layer " + std::to_string(il) + " state is " + (L.kind == AttnKind::KDA ? "KDA" : "MLA") +
+                  ", model layer is " + (cfg.plan[il].attn == AttnKind::KDA ? "KDA" : "MLA"));
     if (L.kind == AttnKind::KDA) {
       const KdaState ref = KdaState::zeros(KdaDims::from(cfg));
       if (L.kda.S.size() != ref.S.size() || L.kda.conv.size() != ref.conv.size())
-        throw Error(what + ": layer " + std::to_string(il) + " KDA state holds " +
-                    std::to_string(L.kda.S.size()) + " + " + std::to_string(L.kda.conv.size()) +
-                    " floats, model expects " + std::to_string(ref.S.size()) + " + " +
-                    std::to_string(ref.conv.size()));
+        throw Error(what + ": layer " + std::to_string(il) + " KDA state holds " + std::to_string(L.kda.S.size()) +
+                    " + " + std::to_string(L.kda.conv.size()) + " floats, model expects " +
+                    std::to_string(ref.S.size()) + " + " + std::to_string(ref.conv.size()));
     } else {
       const MlaDims d = MlaDims::from(cfg);
       if (L.mla.rows.size() != static_cast<size_t>(n_past * d.row()))
-        throw Error(what + ": layer " + std::to_string(il) + " MLA cache holds " +
-                    std::to_string(L.mla.rows.size()) + " floats, expected " +
-                    std::to_string(n_past) + " tokens x " + std::to_string(d.row()));
+        throw Error(what + ": layer " + std::to_string(il) + " MLA cache holds " + std::to_string(L.mla.rows.size()) +
+                    " floats, expected " + std::to_string(n_past) + " tokens x " + std::to_string(d.row()));
     }
   }
 }
@@ -122,8 +120,9 @@ void SequenceState::rollback_to(const StateLog& log, int64_t n_past) {
   Impl& s = state_impl(*this);
   if (log.empty() || n_past < log.first() || n_past > log.first() + log.points() - 1)
     throw Error("rollback: position " + std::to_string(n_past) + " is not in the state log (" +
-                (log.empty() ? std::string("empty") : "positions " + std::to_string(log.first()) + ".." +
-                                                          std::to_string(log.first() + log.points() - 1)) +
+                (log.empty() ? std::string("empty")
+                             : "positions " + std::to_string(log.first()) + ".." +
+                                   std::to_string(log.first() + log.points() - 1)) +
                 ")");
   if (n_past > s.n_past)
     throw Error("rollback: position " + std::to_string(n_past) + " is past the state's " + std::to_string(s.n_past) +
@@ -208,7 +207,8 @@ std::string first_float_difference(const std::vector<float>& x, const std::vecto
 std::string state_difference(const SequenceState& a, const SequenceState& b) {
   const SequenceState::Impl &x = state_impl(a), &y = state_impl(b);
   if (x.n_past != y.n_past) return "n_past " + std::to_string(x.n_past) + " vs " + std::to_string(y.n_past);
-  if (x.failed != y.failed) return std::string("failed ") + (x.failed ? "yes" : "no") + " vs " + (y.failed ? "yes" : "no");
+  if (x.failed != y.failed)
+    return std::string("failed ") + (x.failed ? "yes" : "no") + " vs " + (y.failed ? "yes" : "no");
   if (x.layers.size() != y.layers.size())
     return std::to_string(x.layers.size()) + " vs " + std::to_string(y.layers.size()) + " layers";
   for (size_t il = 0; il < x.layers.size(); ++il) {

@@ -25,9 +25,9 @@ struct ModelConfig;
 
 /// What a sequence-state file carries besides the state (format version 2).
 struct SequenceFileMeta {
-  std::string fingerprint;    ///< model_fingerprint() of the model that computed the state
-  std::vector<int32_t> ids;   ///< the ids the state holds ([n_past]), or empty when not recorded
-  std::string extra_json;     ///< caller's JSON object text (e.g. a chat's messages), or empty
+  std::string fingerprint;   ///< model_fingerprint() of the model that computed the state
+  std::vector<int32_t> ids;  ///< the ids the state holds ([n_past]), or empty when not recorded
+  std::string extra_json;    ///< caller's JSON object text (e.g. a chat's messages), or empty
 };
 
 /// The KDA state of one sequence at `points()` consecutive positions: point i is the state
@@ -44,8 +44,8 @@ class StateLog {
   StateLog(int64_t first, int64_t points, std::vector<float> floats)
       : data_(std::move(floats)), first_(first), points_(points) {}
 
-  int64_t first() const { return first_; }   ///< n_past of point 0
-  int64_t points() const { return points_; } ///< positions held
+  int64_t first() const { return first_; }    ///< n_past of point 0
+  int64_t points() const { return points_; }  ///< positions held
   bool empty() const { return points_ == 0; }
   /// The floats, [n_kda_layers, points, record] fp32 (see the class comment).
   std::span<const float> floats() const { return data_; }
@@ -83,8 +83,8 @@ class SequenceState {
   SequenceState& operator=(SequenceState&&) noexcept;
   ~SequenceState();
 
-  int64_t n_past() const;                 ///< tokens consumed so far
-  uint64_t bytes() const;                 ///< bytes held (KDA state + conv + MLA cache)
+  int64_t n_past() const;  ///< tokens consumed so far
+  uint64_t bytes() const;  ///< bytes held (KDA state + conv + MLA cache)
   /// An independent copy at the same position (same as the copy constructor).
   SequenceState fork() const { return *this; }
 
@@ -136,8 +136,8 @@ class SequenceState {
   /// (model/state_header.h; a header nested deeper than kMaxJsonDepth names the key, e.g.
   /// "extra"; so save() refuses meta.extra_json nested deeper than kMaxJsonDepth - 1), layout of
   /// another model, fingerprint mismatch, truncated, CRC mismatch.
-  static SequenceState load(const std::filesystem::path& file, const ModelConfig& cfg,
-                            SequenceFileMeta* meta = nullptr, const std::string& expect_fingerprint = {});
+  static SequenceState load(const std::filesystem::path& file, const ModelConfig& cfg, SequenceFileMeta* meta = nullptr,
+                            const std::string& expect_fingerprint = {});
 
   /// The first difference between `a` and `b`, bit for bit ("" when identical): n_past, layer
   /// count, or "layer <il> <KDA S|KDA conv|MLA rows>: <size or element i: bits vs bits>".

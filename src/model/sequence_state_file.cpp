@@ -55,13 +55,17 @@ void SequenceState::save(const std::filesystem::path& file, const SequenceFileMe
   for (size_t il = 0; il < impl_->layers.size(); ++il) {
     const LayerState& L = impl_->layers[il];
     if (L.kind == AttnKind::KDA)
-      layers.push_back({{"il", il}, {"kind", "kda"},
-                        {"S_shape", kda_s_shape(L.kda_dims)}, {"S_layout", "[H, d_k, d_v] fp32 key-major"},
+      layers.push_back({{"il", il},
+                        {"kind", "kda"},
+                        {"S_shape", kda_s_shape(L.kda_dims)},
+                        {"S_layout", "[H, d_k, d_v] fp32 key-major"},
                         {"conv_shape", kda_conv_shape(L.kda_dims)},
                         {"conv_layout", "[q|k|v, K-1 (oldest first), C] fp32 raw projections"},
-                        {"S_floats", L.kda.S.size()}, {"conv_floats", L.kda.conv.size()}});
+                        {"S_floats", L.kda.S.size()},
+                        {"conv_floats", L.kda.conv.size()}});
     else
-      layers.push_back({{"il", il}, {"kind", "mla"},
+      layers.push_back({{"il", il},
+                        {"kind", "mla"},
                         {"cache_shape", Shape{impl_->n_past, L.mla_dims.row()}},
                         {"cache_layout", "[n_tokens, kv_lora_rank (normalized latent) + rope_dim (raw k_r)] fp32"},
                         {"cache_floats", L.mla.rows.size()}});
@@ -115,14 +119,14 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
     const int64_t n_past = h.n_past;
     const auto& layers = h.layers;
     if (n_past < 0 || layers.size() != cfg.plan.size())
-      throw Error("sequence state '" + fn + "': records " + std::to_string(layers.size()) +
-                  " layers, model has " + std::to_string(cfg.plan.size()));
+      throw Error("sequence state '" + fn + "': records " + std::to_string(layers.size()) + " layers, model has " +
+                  std::to_string(cfg.plan.size()));
     s.impl_->n_past = n_past;
     const MlaDims md = MlaDims::from(cfg);
     auto get = [&](std::vector<float>& v, uint64_t floats, size_t il) {
       if (floats != v.size())
-        throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " holds " +
-                    std::to_string(floats) + " floats, model expects " + std::to_string(v.size()));
+        throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " holds " + std::to_string(floats) +
+                    " floats, model expects " + std::to_string(v.size()));
       if (rest.size() < v.size() * 4)
         throw Error("sequence state '" + fn + "': truncated payload at layer " + std::to_string(il));
       if (!v.empty()) std::memcpy(v.data(), rest.data(), v.size() * 4);
@@ -134,8 +138,8 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
       const std::string kind = L.at("kind").get<std::string>();
       const std::string want = st.kind == AttnKind::KDA ? "kda" : "mla";
       if (kind != want)
-        throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " is " + kind +
-                    ", model layer is " + want);
+        throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " is " + kind + ", model layer is " +
+                    want);
       auto check_shape = [&](const char* key, const Shape& want_shape) {
         const Shape found = L.at(key).get<Shape>();
         if (found != want_shape) {
@@ -144,8 +148,8 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
             for (size_t i = 0; i < v.size(); ++i) r += (i ? ", " : "") + std::to_string(v[i]);
             return r + "]";
           };
-          throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " " + key +
-                      " is " + str(found) + ", model expects " + str(want_shape));
+          throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " " + key + " is " + str(found) +
+                      ", model expects " + str(want_shape));
         }
       };
       if (st.kind == AttnKind::KDA) {
@@ -156,8 +160,8 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
       } else {
         check_shape("cache_shape", Shape{n_past, md.row()});
         if (static_cast<uint64_t>(n_past) > file_bytes / 4 / static_cast<uint64_t>(md.row()))
-          throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " claims " +
-                      std::to_string(n_past) + " cached tokens, more than the file holds");
+          throw Error("sequence state '" + fn + "': layer " + std::to_string(il) + " claims " + std::to_string(n_past) +
+                      " cached tokens, more than the file holds");
         st.mla.rows.resize(static_cast<size_t>(n_past * md.row()));
         get(st.mla.rows, L.at("cache_floats").get<uint64_t>(), il);
       }

@@ -27,7 +27,7 @@ struct LayerState {
 
 struct SequenceState::Impl {
   int64_t n_past = 0;
-  bool failed = false;  ///< a forward threw mid-pass: the state is inconsistent and refused
+  bool failed = false;             ///< a forward threw mid-pass: the state is inconsistent and refused
   std::vector<LayerState> layers;  ///< [num_hidden_layers]
 
   /// A fresh (empty) state laid out for `cfg`.

@@ -72,9 +72,10 @@ StateFileView parse_state_file(std::span<const uint8_t> bytes, const StateFileKi
         if (std::memcmp(bytes.data(), k.magic, 8) == 0)
           throw Error(where + ": bad magic: found \"" + k.magic + "\", " + k.what + "; expected \"" + kind.magic +
                       "\", " + kind.name);
-    throw Error(where + ": bad magic" +
-                (bytes.size() >= 8 ? " \"" + printable(bytes.first(8)) + "\"" : std::string(" (file shorter than 8 bytes)")) +
-                ", expected \"" + kind.magic + "\" (not a " + kind.name + ")");
+    throw Error(
+        where + ": bad magic" +
+        (bytes.size() >= 8 ? " \"" + printable(bytes.first(8)) + "\"" : std::string(" (file shorter than 8 bytes)")) +
+        ", expected \"" + kind.magic + "\" (not a " + kind.name + ")");
   }
   uint64_t n = 0;
   if (bytes.size() >= 16) std::memcpy(&n, bytes.data() + 8, 8);

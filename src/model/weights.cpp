@@ -73,7 +73,8 @@ class Binder {
     if (ck_.find(base + ".weight_packed") == nullptr && ck_.find(base + ".weight") != nullptr)
       throw Error("tensor '" + ck_.get(base + ".weight").name +
                   "': routed experts stored unquantized are not supported; k3.cpp computes routed experts "
-                  "on compressed-tensors MXFP4 ('" + base + ".weight_packed' + '.weight_scale', spec §4)");
+                  "on compressed-tensors MXFP4 ('" +
+                  base + ".weight_packed' + '.weight_scale', spec §4)");
     Mxfp4Matrix m = ck_.mxfp4(base);
     if (m.rows != s.shape[0] || m.cols != s.shape[1])
       throw Error("tensor '" + base + ".weight_packed': expected MXFP4 matrix " + shape_str(s.shape) + ", found [" +
@@ -93,8 +94,9 @@ class Binder {
 
   KdaWeights kda(int il) const {
     if (!c_.use_full_rank_gate)
-      throw Error("config: linear_attn_config.use_full_rank_gate = false (low-rank g_a/g_b output "
-                  "gate) is not supported; expected true as in K3");
+      throw Error(
+          "config: linear_attn_config.use_full_rank_gate = false (low-rank g_a/g_b output "
+          "gate) is not supported; expected true as in K3");
     using R = TensorRole;
     KdaWeights w;
     w.q_proj = matrix(R::KdaQProj, il);
@@ -115,8 +117,7 @@ class Binder {
   }
 
   MlaWeights mla(int il) const {
-    if (!c_.mla_use_nope)
-      throw Error("config: mla_use_nope = false (rotary MLA) is not supported; K3 uses NoPE");
+    if (!c_.mla_use_nope) throw Error("config: mla_use_nope = false (rotary MLA) is not supported; K3 uses NoPE");
     using R = TensorRole;
     MlaWeights w;
     w.q_a = matrix(R::MlaQA, il);
@@ -190,14 +191,10 @@ ModelWeights bind_weights(const Checkpoint& ck) {
     L.post_norm = b.vector(R::PostAttnNorm, il);
     L.attn_res = b.attn_res(R::AttnResNorm, R::AttnResProj, il);
     L.ffn_res = b.attn_res(R::MlpResNorm, R::MlpResProj, il);
-    if (L.spec.attn == AttnKind::KDA)
-      L.kda = b.kda(il);
-    else
-      L.mla = b.mla(il);
-    if (L.spec.ffn == FfnKind::Dense)
-      L.dense = b.glu(R::MlpGate, R::MlpUp, R::MlpDown, il);
-    else
-      L.moe = b.moe(il);
+    if (L.spec.attn == AttnKind::KDA) L.kda = b.kda(il);
+    else L.mla = b.mla(il);
+    if (L.spec.ffn == FfnKind::Dense) L.dense = b.glu(R::MlpGate, R::MlpUp, R::MlpDown, il);
+    else L.moe = b.moe(il);
   }
   return w;
 }
@@ -210,8 +207,8 @@ uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progr
   if (w.lm_head != w.embed) add(w.lm_head);
   for (LayerWeights& L : w.layers) {
     if (L.spec.attn == AttnKind::KDA) {
-      for (const TensorView** p : {&L.kda.q_proj, &L.kda.k_proj, &L.kda.v_proj, &L.kda.f_a, &L.kda.f_b,
-                                   &L.kda.b_proj, &L.kda.g_proj, &L.kda.o_proj})
+      for (const TensorView** p : {&L.kda.q_proj, &L.kda.k_proj, &L.kda.v_proj, &L.kda.f_a, &L.kda.f_b, &L.kda.b_proj,
+                                   &L.kda.g_proj, &L.kda.o_proj})
         add(*p);
     } else {
       for (const TensorView** p : {&L.mla.q_a, &L.mla.q_b, &L.mla.kv_a, &L.mla.g_proj, &L.mla.o_proj}) add(*p);

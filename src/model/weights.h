@@ -27,18 +27,18 @@ struct AttnResWeights {
 
 /// KDA layer (spec §3.2); H = kda_num_heads, d = kda_head_dim, C = H·d, K = short_conv_kernel_size.
 struct KdaWeights {
-  const TensorView* q_proj = nullptr;  ///< BF16 [C, D]
-  const TensorView* k_proj = nullptr;  ///< BF16 [C, D]
-  const TensorView* v_proj = nullptr;  ///< BF16 [C, D]
+  const TensorView* q_proj = nullptr;         ///< BF16 [C, D]
+  const TensorView* k_proj = nullptr;         ///< BF16 [C, D]
+  const TensorView* v_proj = nullptr;         ///< BF16 [C, D]
   std::vector<float> q_conv, k_conv, v_conv;  ///< [C, K] taps, tap 0 = oldest (stored F32 [C,1,K])
-  const TensorView* f_a = nullptr;     ///< BF16 [d, D]  decay-gate low rank A
-  const TensorView* f_b = nullptr;     ///< BF16 [C, d]  decay-gate low rank B
-  const TensorView* b_proj = nullptr;  ///< BF16 [H, D]  beta
-  const TensorView* g_proj = nullptr;  ///< BF16 [C, D]  full-rank output gate
-  std::vector<float> dt_bias;          ///< [C]
-  std::vector<float> a_log;            ///< [H] (first H entries of the stored, possibly padded, A_log)
-  std::vector<float> o_norm;           ///< [d] per-head RMSNorm weight shared by all heads
-  const TensorView* o_proj = nullptr;  ///< BF16 [D, C]
+  const TensorView* f_a = nullptr;            ///< BF16 [d, D]  decay-gate low rank A
+  const TensorView* f_b = nullptr;            ///< BF16 [C, d]  decay-gate low rank B
+  const TensorView* b_proj = nullptr;         ///< BF16 [H, D]  beta
+  const TensorView* g_proj = nullptr;         ///< BF16 [C, D]  full-rank output gate
+  std::vector<float> dt_bias;                 ///< [C]
+  std::vector<float> a_log;                   ///< [H] (first H entries of the stored, possibly padded, A_log)
+  std::vector<float> o_norm;                  ///< [d] per-head RMSNorm weight shared by all heads
+  const TensorView* o_proj = nullptr;         ///< BF16 [D, C]
 };
 
 /// Gated NoPE MLA layer (spec §3.3); Hm heads, dn/dr/dv head dims, ranks qr/kvr.
@@ -67,32 +67,32 @@ struct ExpertWeights {
 
 /// Stable LatentMoE (spec §3.6); E experts, latent width L.
 struct MoeWeights {
-  const TensorView* router = nullptr;  ///< BF16 [E, D] (gate.weight)
-  std::vector<float> bias;             ///< [E] e_score_correction_bias
-  const TensorView* down = nullptr;    ///< BF16 [L, D] routed_expert_down_proj
-  std::vector<float> latent_norm;      ///< [L]; empty when latent_moe_use_norm is false
-  const TensorView* up = nullptr;      ///< BF16 [D, L] routed_expert_up_proj
-  std::optional<GluMlpWeights> shared; ///< width num_shared_experts·moe_intermediate_size
-  std::vector<ExpertWeights> experts;  ///< [E] (views into the mapping; unused when streamed)
+  const TensorView* router = nullptr;   ///< BF16 [E, D] (gate.weight)
+  std::vector<float> bias;              ///< [E] e_score_correction_bias
+  const TensorView* down = nullptr;     ///< BF16 [L, D] routed_expert_down_proj
+  std::vector<float> latent_norm;       ///< [L]; empty when latent_moe_use_norm is false
+  const TensorView* up = nullptr;       ///< BF16 [D, L] routed_expert_up_proj
+  std::optional<GluMlpWeights> shared;  ///< width num_shared_experts·moe_intermediate_size
+  std::vector<ExpertWeights> experts;   ///< [E] (views into the mapping; unused when streamed)
   /// When set, routed experts are read from the shards through this store (io/expert_store.h)
   /// instead of `experts`; same bytes, so the same results bit for bit. Not owned.
   ExpertStore* store = nullptr;
-  int layer = -1;                      ///< this layer's index (the store's key; the layer of the
-                                       ///< expert tensor names in error messages)
-  std::string name_prefix;             ///< the checkpoint's prefix of text tensor names
-                                       ///< ("language_model." or ""), for error messages
+  int layer = -1;           ///< this layer's index (the store's key; the layer of the
+                            ///< expert tensor names in error messages)
+  std::string name_prefix;  ///< the checkpoint's prefix of text tensor names
+                            ///< ("language_model." or ""), for error messages
 };
 
 struct LayerWeights {
   LayerSpec spec;
-  std::vector<float> input_norm;   ///< [D]
-  std::vector<float> post_norm;    ///< [D]
-  AttnResWeights attn_res;         ///< self_attention_res_* (unused at layer 0, still bound)
-  AttnResWeights ffn_res;          ///< mlp_res_*
-  KdaWeights kda;                  ///< valid when spec.attn == KDA
-  MlaWeights mla;                  ///< valid when spec.attn == MLA
-  GluMlpWeights dense;             ///< valid when spec.ffn == Dense
-  MoeWeights moe;                  ///< valid when spec.ffn == LatentMoE
+  std::vector<float> input_norm;  ///< [D]
+  std::vector<float> post_norm;   ///< [D]
+  AttnResWeights attn_res;        ///< self_attention_res_* (unused at layer 0, still bound)
+  AttnResWeights ffn_res;         ///< mlp_res_*
+  KdaWeights kda;                 ///< valid when spec.attn == KDA
+  MlaWeights mla;                 ///< valid when spec.attn == MLA
+  GluMlpWeights dense;            ///< valid when spec.ffn == Dense
+  MoeWeights moe;                 ///< valid when spec.ffn == LatentMoE
 };
 
 struct ModelWeights {

@@ -6,7 +6,8 @@
 namespace k3 {
 
 ChatStream::ChatStream(const Tokenizer& tok, bool prompt_opened_think)
-    : tok_(&tok), dec_(tok, /*skip_special=*/true),
+    : tok_(&tok),
+      dec_(tok, /*skip_special=*/true),
       channel_(prompt_opened_think ? ChatChannel::Reasoning : ChatChannel::Content) {}
 
 void ChatStream::emit(std::vector<ChatPiece>& out, std::string text) const {
@@ -33,9 +34,10 @@ std::vector<ChatPiece> ChatStream::push(int32_t id) {
     // The tag name is the first word ("think", "response", "call tool=...").
     const std::string name = tag_.substr(0, tag_.find_first_of(" \t\n"));
     if (mode_ == Mode::OpenTag)
-      channel_ = name == "think" ? ChatChannel::Reasoning : name == "response" ? ChatChannel::Content : ChatChannel::Hidden;
-    else
-      channel_ = ChatChannel::Hidden;  // between blocks (after </think>, </response>, in tools)
+      channel_ = name == "think"      ? ChatChannel::Reasoning
+                 : name == "response" ? ChatChannel::Content
+                                      : ChatChannel::Hidden;
+    else channel_ = ChatChannel::Hidden;  // between blocks (after </think>, </response>, in tools)
     mode_ = Mode::Text;
     return out;
   }

@@ -59,8 +59,7 @@ Draft DraftModelDrafter::propose(std::span<const int32_t> ctx, int64_t n_max) {
   if (common == L) {  // nothing new to feed: cannot happen (the pending id is always new)
     return d;
   }
-  std::vector<float> logits =
-      draft_.forward(seq_, ctx.subspan(static_cast<size_t>(common)), false);
+  std::vector<float> logits = draft_.forward(seq_, ctx.subspan(static_cast<size_t>(common)), false);
   fed_.assign(ctx.begin(), ctx.end());
   base_ = L;
   snaps_.clear();

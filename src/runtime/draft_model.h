@@ -42,7 +42,7 @@ class DraftModelDrafter : public Drafter {
 
 /// Throws k3::Error (naming --draft-model) unless the draft's vocab_size equals the target's
 /// and both use the same tokenizer file (`target_tok` / `draft_tok`: tiktoken.model bytes).
-void check_draft_compatible(const ModelConfig& target, const ModelConfig& draft,
-                            const std::string& target_tok, const std::string& draft_tok);
+void check_draft_compatible(const ModelConfig& target, const ModelConfig& draft, const std::string& target_tok,
+                            const std::string& draft_tok);
 
 }  // namespace k3

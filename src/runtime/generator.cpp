@@ -39,8 +39,8 @@ std::vector<float> prefill_cached(const Model& model, PrefixCache& cache, Sequen
                                   int64_t* n_reused, const ProgressFn& progress) {
   if (prompt.empty()) throw Error("prefill: the prompt is empty (expected at least 1 token)");
   if (n_batch < 1) throw Error("-b/--batch-size: expected >= 1, found " + std::to_string(n_batch));
-  if (seq.n_past() != 0) throw Error("prefill_cached: the sequence must be fresh (it holds " +
-                                     std::to_string(seq.n_past()) + " tokens)");
+  if (seq.n_past() != 0)
+    throw Error("prefill_cached: the sequence must be fresh (it holds " + std::to_string(seq.n_past()) + " tokens)");
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int64_t B = cache.options().block_tokens;
   int64_t pos = cache.lookup(prompt, &seq, pin);
@@ -101,7 +101,8 @@ GenerateResult generate(const Model& model, SequenceState& seq, std::span<const 
   if (n_vocab > vocab)
     throw Error("generate: the tokenizer has " + std::to_string(n_vocab) + " ids but the model's vocab_size is " +
                 std::to_string(vocab));
-  if (opt.n_predict < -1) throw Error("-n/--n-predict: expected -1 (unlimited) or >= 0, found " + std::to_string(opt.n_predict));
+  if (opt.n_predict < -1)
+    throw Error("-n/--n-predict: expected -1 (unlimited) or >= 0, found " + std::to_string(opt.n_predict));
   check_prompt_fits(seq.n_past(), static_cast<int64_t>(prompt.size()), opt.n_ctx);
 
   GenerateResult r;
@@ -130,10 +131,8 @@ GenerateResult generate(const Model& model, SequenceState& seq, std::span<const 
   // A cancel is seen before the first id (during prefill: nothing sampled) and after each
   // streamed id, before the next forward, so that "the last sampled id is never fed" always
   // holds (chat keys its saved state on it).
-  if (opt.n_predict == 0)
-    dec.finish(DecodeEnd::MaxTokens);
-  else if (opt.cancel && opt.cancel->load())
-    dec.finish(DecodeEnd::Cancelled);
+  if (opt.n_predict == 0) dec.finish(DecodeEnd::MaxTokens);
+  else if (opt.cancel && opt.cancel->load()) dec.finish(DecodeEnd::Cancelled);
   const EmitFn emit = [&](int32_t id, size_t) { return on_token(id) && !(opt.cancel && opt.cancel->load()); };
   const Draft none;
   while (!dec.done()) {

@@ -24,11 +24,11 @@ enum class StopReason { StopToken, MaxTokens, ContextFull, Cancelled };
 const char* stop_reason_name(StopReason r);  ///< "stop token", "n-predict", "context full", "cancelled"
 
 struct GenerateOptions {
-  int64_t n_predict = 128;         ///< max ids to sample; -1 = until a stop id or a full context
-  int64_t n_ctx = 4096;            ///< context limit (tokens in the sequence, prompt included)
-  int64_t n_batch = 512;           ///< prefill chunk (tokens per forward call), >= 1
-  int64_t n_vocab = 0;             ///< sample only ids [0, n_vocab) (the tokenizer's); 0 = all
-  std::vector<int32_t> stop_ids;   ///< ids that end generation (returned, never fed/streamed)
+  int64_t n_predict = 128;                    ///< max ids to sample; -1 = until a stop id or a full context
+  int64_t n_ctx = 4096;                       ///< context limit (tokens in the sequence, prompt included)
+  int64_t n_batch = 512;                      ///< prefill chunk (tokens per forward call), >= 1
+  int64_t n_vocab = 0;                        ///< sample only ids [0, n_vocab) (the tokenizer's); 0 = all
+  std::vector<int32_t> stop_ids;              ///< ids that end generation (returned, never fed/streamed)
   const std::atomic<bool>* cancel = nullptr;  ///< when set to true, stop before the next decode
   /// Called once after the prompt is prefilled, with the state at the end of the prompt (e.g. to
   /// keep a copy for prompt reuse). Optional.
@@ -48,11 +48,11 @@ struct GenerateOptions {
 struct GenerateResult {
   std::vector<int32_t> ids;  ///< sampled ids, the stop id (if any) last
   StopReason stop = StopReason::MaxTokens;
-  int32_t stop_id = -1;      ///< the stop id when stop == StopToken
-  int64_t n_prompt = 0;      ///< ids prefilled (computed) by this call
-  int64_t n_reused = 0;      ///< prompt ids taken from the prefix cache instead
-  double prompt_ms = 0;      ///< prefill wall time
-  double gen_ms = 0;         ///< sampling + decode wall time
+  int32_t stop_id = -1;  ///< the stop id when stop == StopToken
+  int64_t n_prompt = 0;  ///< ids prefilled (computed) by this call
+  int64_t n_reused = 0;  ///< prompt ids taken from the prefix cache instead
+  double prompt_ms = 0;  ///< prefill wall time
+  double gen_ms = 0;     ///< sampling + decode wall time
 };
 
 /// Appends `prompt` to `seq` (which may already hold earlier tokens) and generates.

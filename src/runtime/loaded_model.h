@@ -23,7 +23,7 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::shared_ptr<ExpertStore> expert_store;  ///< set when the experts are streamed
-  double load_ms = 0;  ///< wall time of open + bind + tokenizer load
+  double load_ms = 0;                         ///< wall time of open + bind + tokenizer load
 
   /// Opens DIR (config.json + safetensors, tiktoken.model [+ tokenizer_config.json]).
   /// Errors: k3::Error naming the flag/file — "-m/--model: DIR is not a directory", the

@@ -39,7 +39,9 @@ std::string model_fingerprint(const Checkpoint& ck, const Model& model) {
   mix(std::string("isa=") + isa_name(x.isa) + " kernels=" + model_kernels_name(x.kernels) +
       " mxfp4=" + mxfp4_path_name(x.mxfp4) + " numerics=" + numerics_name(x.numerics) +
       " prefill_chunk=" + std::to_string(o.prefill_chunk) + " trunk=" +
-      (!o.trunk_quant ? "bf16" : *o.trunk_quant == QuantKind::Q8 ? "q8" : "q4"));
+      (!o.trunk_quant                    ? "bf16"
+       : *o.trunk_quant == QuantKind::Q8 ? "q8"
+                                         : "q4"));
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;

@@ -111,8 +111,8 @@ std::string locate_nonfinite(const Model& model, std::span<const int32_t> tokens
 
 std::string explain_forward_error(const std::exception& e, const Model& model, std::span<const int32_t> tokens) {
   const std::string m = e.what();
-  if (m.find("NaN") == std::string::npos && m.find("nan") == std::string::npos &&
-      m.find("Inf") == std::string::npos && m.find("finite") == std::string::npos)
+  if (m.find("NaN") == std::string::npos && m.find("nan") == std::string::npos && m.find("Inf") == std::string::npos &&
+      m.find("finite") == std::string::npos)
     return m;
   return m + "; " + locate_nonfinite(model, tokens);
 }

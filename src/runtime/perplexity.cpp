@@ -11,9 +11,11 @@
 namespace k3 {
 
 std::vector<int64_t> perplexity_windows(int64_t n_tokens, int64_t n_ctx, int64_t stride) {
-  if (n_ctx < 2) throw Error("-c/--ctx-size: perplexity needs a window of at least 2 tokens, found " + std::to_string(n_ctx));
+  if (n_ctx < 2)
+    throw Error("-c/--ctx-size: perplexity needs a window of at least 2 tokens, found " + std::to_string(n_ctx));
   if (stride < 1 || stride >= n_ctx)
-    throw Error("--stride: expected 1 <= stride < ctx-size (" + std::to_string(n_ctx) + "), found " + std::to_string(stride));
+    throw Error("--stride: expected 1 <= stride < ctx-size (" + std::to_string(n_ctx) + "), found " +
+                std::to_string(stride));
   if (n_tokens < 2)
     throw Error("perplexity: the text has " + std::to_string(n_tokens) + " token(s); at least 2 are needed");
   std::vector<int64_t> starts{0};
@@ -74,9 +76,11 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
       const bool want = be > first_pos;
       std::vector<float> logits;
       try {
-        logits = model.forward(seq, tokens.subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(be - b)), want);
+        logits =
+            model.forward(seq, tokens.subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(be - b)), want);
       } catch (const Error& e) {
-        throw Error(explain_forward_error(e, model, tokens.subspan(static_cast<std::size_t>(s), static_cast<std::size_t>(be - s))));
+        throw Error(explain_forward_error(
+            e, model, tokens.subspan(static_cast<std::size_t>(s), static_cast<std::size_t>(be - s))));
       }
       if (!want) continue;
       for (int64_t p = std::max(b, first_pos); p < be; ++p) {
@@ -87,10 +91,12 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
           const int64_t bad = first_nonfinite(srow);
           throw Error("perplexity: non-finite result at token position " + std::to_string(p) + " (window " +
                       std::to_string(w + 1) + " starting at " + std::to_string(s) + "): " +
-                      (bad >= 0 ? "logit of id " + std::to_string(bad) + " is " + std::to_string(srow[static_cast<std::size_t>(bad)])
+                      (bad >= 0 ? "logit of id " + std::to_string(bad) + " is " +
+                                      std::to_string(srow[static_cast<std::size_t>(bad)])
                                 : "NLL is " + std::to_string(nll)) +
                       "; " +
-                      locate_nonfinite(model, tokens.subspan(static_cast<std::size_t>(s), static_cast<std::size_t>(p + 1 - s))));
+                      locate_nonfinite(
+                          model, tokens.subspan(static_cast<std::size_t>(s), static_cast<std::size_t>(p + 1 - s))));
         }
         r.nll.push_back(nll);
       }

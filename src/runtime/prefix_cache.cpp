@@ -17,7 +17,7 @@ struct PrefixCache::Block {
   int64_t index = 0;
   std::vector<int32_t> ids;  ///< [B]
   std::vector<float> mla;    ///< [n_mla_layers, B, row]
-  StateLog kda;             ///< empty, or the KDA state at the block's end (SequenceState::snapshot)
+  StateLog kda;              ///< empty, or the KDA state at the block's end (SequenceState::snapshot)
   int64_t refs = 0;          ///< pins (sequences using it) + the walk in progress
   int64_t children = 0;      ///< cached blocks whose parent this is
   uint64_t tick = 0;         ///< last use (LRU)
@@ -63,7 +63,8 @@ PrefixCache::PrefixCache(const Model& model, std::string fingerprint, PrefixCach
     throw Error("--cache-block: expected a positive multiple of 64 tokens (the KDA chunk), found " +
                 std::to_string(opt_.block_tokens));
   if (opt_.snapshot_every < 0)
-    throw Error("--cache-snapshot-every: expected >= 0 blocks (0 = auto), found " + std::to_string(opt_.snapshot_every));
+    throw Error("--cache-snapshot-every: expected >= 0 blocks (0 = auto), found " +
+                std::to_string(opt_.snapshot_every));
   fp_hash_ = fnv1a64(fingerprint_.data(), fingerprint_.size());
   const SequenceState fresh = model_.new_sequence();
   block_mla_floats_ = static_cast<uint64_t>(opt_.block_tokens * fresh.mla_token_floats());
@@ -79,7 +80,8 @@ PrefixCache::PrefixCache(const Model& model, std::string fingerprint, PrefixCach
                                                                       block_mla_floats_));
   }
   if (!opt_.disk_dir.empty())
-    disk_ = std::make_unique<PrefixCacheDisk>(opt_.disk_dir, opt_.disk_bytes, fingerprint_, opt_.block_tokens, opt_.log);
+    disk_ =
+        std::make_unique<PrefixCacheDisk>(opt_.disk_dir, opt_.disk_bytes, fingerprint_, opt_.block_tokens, opt_.log);
 }
 
 PrefixCache::~PrefixCache() {
@@ -212,8 +214,7 @@ std::vector<int64_t> PrefixCache::snapshot_points(int64_t n_prompt) const {
 }
 
 int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* state, Pin* pin, uint64_t partition) {
-  if (state == nullptr || state->n_past() != 0)
-    throw Error("prefix cache: lookup needs a fresh sequence state");
+  if (state == nullptr || state->n_past() != 0) throw Error("prefix cache: lookup needs a fresh sequence state");
   const int64_t B = opt_.block_tokens;
   const int64_t n = static_cast<int64_t>(prompt.size());
   std::lock_guard<std::mutex> lk(mu_);

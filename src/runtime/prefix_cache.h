@@ -53,9 +53,9 @@ struct PrefixCacheOptions {
   /// KDA snapshot interval in blocks (>= 1); 0 = auto: ceil(snapshot bytes / MLA bytes of one
   /// block), so snapshots take at most about as much memory as the MLA blocks between them.
   int64_t snapshot_every = 0;
-  uint64_t ram_bytes = 512ull << 20;   ///< RAM budget of the cached blocks (bytes); 0 = cache off
-  std::filesystem::path disk_dir;      ///< second tier; empty = none
-  uint64_t disk_bytes = 4ull << 30;    ///< disk budget (bytes) when disk_dir is set
+  uint64_t ram_bytes = 512ull << 20;  ///< RAM budget of the cached blocks (bytes); 0 = cache off
+  std::filesystem::path disk_dir;     ///< second tier; empty = none
+  uint64_t disk_bytes = 4ull << 30;   ///< disk budget (bytes) when disk_dir is set
   /// Where the disk tier reports a refused file or a failed write (one line each, counted in
   /// PrefixCacheStats::disk_rejected / disk_write_failures); empty: stderr.
   std::function<void(const std::string& line)> log;
@@ -63,19 +63,19 @@ struct PrefixCacheOptions {
 
 /// Counters and gauges (for /metrics and the stats lines).
 struct PrefixCacheStats {
-  uint64_t lookups = 0;          ///< lookup() calls
-  uint64_t hits = 0;             ///< lookups that reused >= 1 block
-  uint64_t tokens_looked_up = 0; ///< prompt ids of all lookups
-  uint64_t tokens_reused = 0;    ///< prompt ids not recomputed thanks to hits
-  uint64_t ram_bytes = 0;        ///< bytes of the blocks in RAM
-  uint64_t ram_blocks = 0;       ///< blocks in RAM
-  uint64_t ram_snapshots = 0;    ///< KDA snapshots in RAM
-  uint64_t evictions = 0;        ///< blocks evicted from RAM
-  uint64_t disk_bytes = 0;       ///< bytes of the files of the disk tier
-  uint64_t disk_blocks = 0;      ///< files of the disk tier
-  uint64_t disk_reads = 0;       ///< blocks read back from disk
-  uint64_t disk_writes = 0;      ///< blocks written to disk
-  uint64_t disk_rejected = 0;    ///< disk files refused (corrupt, truncated, foreign): misses
+  uint64_t lookups = 0;              ///< lookup() calls
+  uint64_t hits = 0;                 ///< lookups that reused >= 1 block
+  uint64_t tokens_looked_up = 0;     ///< prompt ids of all lookups
+  uint64_t tokens_reused = 0;        ///< prompt ids not recomputed thanks to hits
+  uint64_t ram_bytes = 0;            ///< bytes of the blocks in RAM
+  uint64_t ram_blocks = 0;           ///< blocks in RAM
+  uint64_t ram_snapshots = 0;        ///< KDA snapshots in RAM
+  uint64_t evictions = 0;            ///< blocks evicted from RAM
+  uint64_t disk_bytes = 0;           ///< bytes of the files of the disk tier
+  uint64_t disk_blocks = 0;          ///< files of the disk tier
+  uint64_t disk_reads = 0;           ///< blocks read back from disk
+  uint64_t disk_writes = 0;          ///< blocks written to disk
+  uint64_t disk_rejected = 0;        ///< disk files refused (corrupt, truncated, foreign): misses
   uint64_t disk_write_failures = 0;  ///< blocks that could not be written to disk (disk full)
 };
 

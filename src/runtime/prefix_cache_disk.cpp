@@ -94,10 +94,8 @@ void PrefixCacheDisk::remove(uint64_t key) {
 }
 
 void PrefixCacheDisk::report(const std::string& line) const {
-  if (log_)
-    log_(line);
-  else
-    std::fprintf(stderr, "%s\n", line.c_str());
+  if (log_) log_(line);
+  else std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 void PrefixCacheDisk::reject(uint64_t key, const std::string& why) {
@@ -145,7 +143,8 @@ bool PrefixCacheDisk::write(const DiskBlock& b) {
 std::optional<DiskBlock> PrefixCacheDisk::read(uint64_t key, uint64_t expect_mla, uint64_t expect_kda) {
   auto it = files_.find(key);
   if (it == files_.end()) return std::nullopt;
-  const uint64_t max_bytes = state_file_bytes(kMaxHeader, 0) + static_cast<uint64_t>(block_tokens_) * 16 + (expect_mla + expect_kda) * 4;
+  const uint64_t max_bytes =
+      state_file_bytes(kMaxHeader, 0) + static_cast<uint64_t>(block_tokens_) * 16 + (expect_mla + expect_kda) * 4;
   std::string buf;
   {
     std::ifstream f(path_of(key), std::ios::binary);

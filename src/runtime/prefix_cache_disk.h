@@ -27,10 +27,10 @@ namespace k3 {
 /// A block as stored on disk (the payload of PrefixCache::Block).
 struct DiskBlock {
   uint64_t key = 0, parent = 0;
-  int64_t index = 0;                 ///< block number in its prefix (0 = the first B ids)
-  std::vector<int32_t> ids;          ///< [B]
-  std::vector<float> mla;            ///< [n_mla_layers, B, row]
-  std::vector<float> kda;            ///< [] or the snapshot of every KDA layer (S, conv)
+  int64_t index = 0;         ///< block number in its prefix (0 = the first B ids)
+  std::vector<int32_t> ids;  ///< [B]
+  std::vector<float> mla;    ///< [n_mla_layers, B, row]
+  std::vector<float> kda;    ///< [] or the snapshot of every KDA layer (S, conv)
 };
 
 /// Where the disk tier's reports go: one line each (a file refused, a write that failed),
@@ -44,8 +44,8 @@ class PrefixCacheDisk {
   /// (oldest modification first). Errors: k3::Error "--cache-dir: ..." when it cannot be created,
   /// is not a directory, is not this user's or is writable by every user (check_private_dir), or
   /// is locked by another process.
-  PrefixCacheDisk(std::filesystem::path dir, uint64_t budget_bytes, std::string fingerprint,
-                  int64_t block_tokens, PrefixCacheLog log = {});
+  PrefixCacheDisk(std::filesystem::path dir, uint64_t budget_bytes, std::string fingerprint, int64_t block_tokens,
+                  PrefixCacheLog log = {});
 
   /// Writes `b` (replacing an older file of the same key) through a temporary file renamed
   /// into place, after removing the least recently used files until the directory fits the

@@ -26,8 +26,7 @@ bool before(double la, int32_t ia, double lb, int32_t ib) { return la > lb || (l
 }  // namespace
 
 void SamplerParams::validate() const {
-  if (!std::isfinite(temp))
-    throw Error("--temp: expected a finite number (<= 0 means greedy), found " + num(temp));
+  if (!std::isfinite(temp)) throw Error("--temp: expected a finite number (<= 0 means greedy), found " + num(temp));
   if (!(top_p > 0.0f && top_p <= 1.0f))
     throw Error("--top-p: expected a value in (0, 1] (1 disables), found " + num(top_p));
   if (!(min_p >= 0.0f && min_p <= 1.0f))
@@ -45,11 +44,11 @@ void SamplerParams::validate() const {
 
 std::string SamplerParams::describe() const {
   char b[256];
-  if (temp <= 0.0f)
-    std::snprintf(b, sizeof b, "greedy | repeat-penalty %.2f (last %d)", repeat_penalty, repeat_last_n);
+  if (temp <= 0.0f) std::snprintf(b, sizeof b, "greedy | repeat-penalty %.2f (last %d)", repeat_penalty, repeat_last_n);
   else
-    std::snprintf(b, sizeof b, "temp %.2f | top-k %d | top-p %.2f | min-p %.2f | repeat-penalty %.2f (last %d) | seed %llu",
-                  temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, static_cast<unsigned long long>(seed));
+    std::snprintf(b, sizeof b,
+                  "temp %.2f | top-k %d | top-p %.2f | min-p %.2f | repeat-penalty %.2f (last %d) | seed %llu", temp,
+                  top_k, top_p, min_p, repeat_penalty, repeat_last_n, static_cast<unsigned long long>(seed));
   return b;
 }
 

@@ -30,15 +30,15 @@ namespace k3 {
 
 /// Sampling knobs. Defaults are llama.cpp's (K3's own generation_config is unverified, spec §5.2).
 struct SamplerParams {
-  float temp = 0.8f;            ///< temperature; <= 0 means greedy
-  int32_t top_k = 40;           ///< <= 0 disables
-  float top_p = 0.95f;          ///< in (0, 1]; 1 disables
-  float min_p = 0.05f;          ///< in [0, 1]; 0 disables
-  float repeat_penalty = 1.0f;  ///< > 0; 1 disables
+  float temp = 0.8f;               ///< temperature; <= 0 means greedy
+  int32_t top_k = 40;              ///< <= 0 disables
+  float top_p = 0.95f;             ///< in (0, 1]; 1 disables
+  float min_p = 0.05f;             ///< in [0, 1]; 0 disables
+  float repeat_penalty = 1.0f;     ///< > 0; 1 disables
   float frequency_penalty = 0.0f;  ///< in [-2, 2]: logit -= count in the window × this (OpenAI's)
   float presence_penalty = 0.0f;   ///< in [-2, 2]: logit -= this for ids seen in the window
-  int32_t repeat_last_n = 64;   ///< window of accepted ids the penalty looks at; 0 disables, -1 = all
-  uint64_t seed = 0;            ///< RNG seed (the CLI draws a random one and prints it)
+  int32_t repeat_last_n = 64;      ///< window of accepted ids the penalty looks at; 0 disables, -1 = all
+  uint64_t seed = 0;               ///< RNG seed (the CLI draws a random one and prints it)
 
   /// Throws k3::Error naming the flag (--temp, --top-k, ...) when a value is out of range or NaN.
   void validate() const;

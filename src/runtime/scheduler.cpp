@@ -57,9 +57,8 @@ void fill_logprobs(std::span<const float> row, int32_t id, int top, SeqEvent& e)
   std::vector<int32_t> idx(row.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
   const size_t k = std::min(idx.size(), static_cast<size_t>(top));
-  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
-    return row[a] != row[b] ? row[a] > row[b] : a < b;
-  });
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+                    [&](int32_t a, int32_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
   for (size_t i = 0; i < k; ++i) e.top.push_back({idx[i], static_cast<float>(row[idx[i]] - lse)});
 }
 
@@ -73,13 +72,11 @@ SeqEvent done_event(FinishReason why, int64_t n_prompt, int64_t n_gen) {
   return e;
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Scheduler
 
 Scheduler::Scheduler(const Model& model, Options opt) : model_(model), opt_(opt) {
-  if (opt_.n_parallel < 1)
-    throw Error("-np/--parallel: expected >= 1, found " + std::to_string(opt_.n_parallel));
+  if (opt_.n_parallel < 1) throw Error("-np/--parallel: expected >= 1, found " + std::to_string(opt_.n_parallel));
   if (opt_.n_ctx < 2) throw Error("-c/--ctx-size: expected >= 2, found " + std::to_string(opt_.n_ctx));
   if (opt_.max_queue < 0) throw Error("--queue: expected >= 0, found " + std::to_string(opt_.max_queue));
   if (opt_.step_tokens < 1)
@@ -285,8 +282,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
         try {
           s.kept_kda = s.seq.snapshot();
         } catch (const std::exception& ex) {  // e.g. out of memory: the slot keeps nothing
-          absorbed("scheduler: slot " + std::to_string(s.id) + " keeps no state (the KDA capture failed: " +
-                   ex.what() + ")");
+          absorbed("scheduler: slot " + std::to_string(s.id) + " keeps no state (the KDA capture failed: " + ex.what() +
+                   ")");
         }
       }
       if (opt_.cache != nullptr && !s.from_kept &&
@@ -304,8 +301,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     const int64_t n_prompt = static_cast<int64_t>(s.req.prompt.size());
     const int64_t nd = static_cast<int64_t>(s.draft.ids.size());
     std::vector<std::span<const float>> rows;
-    for (int64_t r = 0; r <= nd; ++r)
-      rows.emplace_back(logits[b].data() + r * V, static_cast<size_t>(nv));
+    for (int64_t r = 0; r <= nd; ++r) rows.emplace_back(logits[b].data() + r * V, static_cast<size_t>(nv));
     const int32_t* forced =
         nd == 0 && s.forced_pos < s.req.forced_ids.size() ? &s.req.forced_ids[s.forced_pos] : nullptr;
     // Each streamed id is an event with its logprobs; it becomes the pending id.
@@ -322,7 +318,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     try {
       st = s.decoder.step(s.sampler, rows, s.draft, s.seq.n_past(), emit, forced);
     } catch (const std::exception& ex) {  // e.g. no finite logit
-      if (nd > 0) s.seq.mark_failed();  // holds unverified drafts: not kept
+      if (nd > 0) s.seq.mark_failed();    // holds unverified drafts: not kept
       SeqEvent d = done_event(FinishReason::Error, static_cast<int64_t>(s.prefilled), s.n_generated);
       d.error = ex.what();
       finish(who[b], std::move(d));
@@ -356,7 +352,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
       try {
         rollback_verify(s.seq, s.kda_steps, st);
       } catch (const std::exception& ex) {  // an inconsistent step log (internal): end only this sequence
-        s.seq.mark_failed();  // its state is not kept
+        s.seq.mark_failed();                // its state is not kept
         end = done_event(FinishReason::Error, n_prompt, s.n_generated);
         end->error = std::string("speculative rollback: ") + ex.what();
       }

@@ -45,11 +45,11 @@ namespace k3 {
 
 /// One generation request, as the runtime sees it (the server translates HTTP into this).
 struct SeqRequest {
-  std::vector<int32_t> prompt;       ///< ids to prefill, >= 1 (with [BOS] etc. already in place)
-  SamplerParams sampling;            ///< validated by submit()
-  int64_t max_tokens = 128;          ///< ids to sample at most, >= 1 (stop ids included)
-  std::vector<int32_t> stop_ids;     ///< sampled ids that end the sequence (finish "stop")
-  int64_t n_vocab = 0;               ///< sample only ids [0, n_vocab) (the tokenizer's); 0 = all
+  std::vector<int32_t> prompt;    ///< ids to prefill, >= 1 (with [BOS] etc. already in place)
+  SamplerParams sampling;         ///< validated by submit()
+  int64_t max_tokens = 128;       ///< ids to sample at most, >= 1 (stop ids included)
+  std::vector<int32_t> stop_ids;  ///< sampled ids that end the sequence (finish "stop")
+  int64_t n_vocab = 0;            ///< sample only ids [0, n_vocab) (the tokenizer's); 0 = all
   /// -1: no logprobs; 0..20: each event carries the chosen id's log-probability and this many
   /// most likely alternatives (log-softmax of the raw logits, before penalties/temperature).
   int top_logprobs = -1;
@@ -70,17 +70,17 @@ const char* finish_reason_name(FinishReason r);  ///< "stop", "length", "cancell
 
 /// One streamed event of a sequence: a sampled id, or the end.
 struct SeqEvent {
-  bool done = false;         ///< true: the last event; `finish` (and `error`) say why
-  int32_t id = -1;           ///< sampled id (when !done); a stop id is reported only as finish
-  float logprob = 0;         ///< log p(id) when top_logprobs >= 0
+  bool done = false;                           ///< true: the last event; `finish` (and `error`) say why
+  int32_t id = -1;                             ///< sampled id (when !done); a stop id is reported only as finish
+  float logprob = 0;                           ///< log p(id) when top_logprobs >= 0
   std::vector<std::pair<int32_t, float>> top;  ///< [top_logprobs] (id, log p), most likely first
   FinishReason finish = FinishReason::Stop;
-  int32_t stop_id = -1;      ///< the stop id when finish == Stop by a stop id
-  std::string error;         ///< when finish == Error
-  int64_t n_prompt = 0;      ///< on the last event: prompt ids prefilled
-  int64_t n_generated = 0;   ///< on the last event: ids sampled (a final stop id included)
-  int64_t n_drafted = 0;     ///< on the last event: draft ids verified (speculative decoding)
-  int64_t n_draft_accepted = 0;  ///< on the last event: of those, accepted and emitted
+  int32_t stop_id = -1;                        ///< the stop id when finish == Stop by a stop id
+  std::string error;                           ///< when finish == Error
+  int64_t n_prompt = 0;                        ///< on the last event: prompt ids prefilled
+  int64_t n_generated = 0;                     ///< on the last event: ids sampled (a final stop id included)
+  int64_t n_drafted = 0;                       ///< on the last event: draft ids verified (speculative decoding)
+  int64_t n_draft_accepted = 0;                ///< on the last event: of those, accepted and emitted
   std::chrono::steady_clock::time_point time;  ///< when the engine produced the event
 };
 
@@ -111,17 +111,17 @@ class SeqHandle {
 
 /// Counters and gauges for /metrics and the start-up report.
 struct SchedulerStats {
-  int64_t running = 0;              ///< sequences in slots
-  int64_t waiting = 0;              ///< requests queued
-  uint64_t state_bytes = 0;         ///< bytes held by the running sequences' states
-  uint64_t prompt_tokens_total = 0; ///< prompt ids prefilled (computed)
-  uint64_t prompt_tokens_reused = 0; ///< prompt ids taken from the prefix cache instead
+  int64_t running = 0;                  ///< sequences in slots
+  int64_t waiting = 0;                  ///< requests queued
+  uint64_t state_bytes = 0;             ///< bytes held by the running sequences' states
+  uint64_t prompt_tokens_total = 0;     ///< prompt ids prefilled (computed)
+  uint64_t prompt_tokens_reused = 0;    ///< prompt ids taken from the prefix cache instead
   uint64_t generated_tokens_total = 0;  ///< ids sampled
-  uint64_t steps_total = 0;         ///< forward_batch calls
-  uint64_t finished_total = 0;      ///< sequences ended (any reason)
-  uint64_t spec_verifies_total = 0; ///< speculative verify entries (a window of >= 1 draft id)
-  uint64_t spec_drafted_total = 0;  ///< draft ids verified
-  uint64_t spec_accepted_total = 0; ///< draft ids accepted (emitted)
+  uint64_t steps_total = 0;             ///< forward_batch calls
+  uint64_t finished_total = 0;          ///< sequences ended (any reason)
+  uint64_t spec_verifies_total = 0;     ///< speculative verify entries (a window of >= 1 draft id)
+  uint64_t spec_drafted_total = 0;      ///< draft ids verified
+  uint64_t spec_accepted_total = 0;     ///< draft ids accepted (emitted)
   /// Errors the engine absorbed and went on without the failed part (a kept-state capture or
   /// cut, a prefix-cache store, a drafter's proposal); each is also a line to Options::log.
   uint64_t absorbed_errors_total = 0;
@@ -135,9 +135,9 @@ struct QueueFullError : Error {
 class Scheduler {
  public:
   struct Options {
-    int64_t n_parallel = 4;     ///< sequences decoded together (slots), >= 1
-    int64_t n_ctx = 4096;       ///< context per sequence (prompt + generated), >= 2
-    int64_t max_queue = 64;     ///< requests waiting beyond the slots; submit() throws past it
+    int64_t n_parallel = 4;  ///< sequences decoded together (slots), >= 1
+    int64_t n_ctx = 4096;    ///< context per sequence (prompt + generated), >= 2
+    int64_t max_queue = 64;  ///< requests waiting beyond the slots; submit() throws past it
     /// Tokens per engine step (decode ids + prefill pieces), >= 1. A prefill piece is at most
     /// the model's prefill_chunk; one piece is always admitted so a step makes progress.
     int64_t step_tokens = 512;
@@ -185,9 +185,9 @@ class Scheduler {
 
   /// What save_slot() / restore_slot() / erase_slot() did.
   struct SlotFileResult {
-    int64_t n_tokens = 0;   ///< tokens of state saved / restored / erased
-    uint64_t bytes = 0;     ///< file bytes written / read
-    double ms = 0;          ///< wall time
+    int64_t n_tokens = 0;  ///< tokens of state saved / restored / erased
+    uint64_t bytes = 0;    ///< file bytes written / read
+    double ms = 0;         ///< wall time
   };
 
   /// Starts the engine thread. The model must outlive the scheduler.
@@ -259,14 +259,14 @@ class Scheduler {
   /// Counts an absorbed error (SchedulerStats::absorbed_errors_total) and logs `what`.
   void absorbed(const std::string& what);
   struct Kept {
-    std::vector<int32_t> ids;               ///< the ids the state holds
+    std::vector<int32_t> ids;  ///< the ids the state holds
     /// Shared so that save_slot() writes it outside mu_ without a copy; admission copies it
     /// only while a save still holds it.
     std::shared_ptr<SequenceState> state;
-    uint64_t partition = 0;                 ///< SeqRequest::cache_partition of its sequence
+    uint64_t partition = 0;  ///< SeqRequest::cache_partition of its sequence
   };
-  std::vector<Kept> kept_;    ///< [n_parallel] (guarded by mu_)
-  std::vector<bool> busy_;    ///< [n_parallel] slot id in use (guarded by mu_)
+  std::vector<Kept> kept_;  ///< [n_parallel] (guarded by mu_)
+  std::vector<bool> busy_;  ///< [n_parallel] slot id in use (guarded by mu_)
 
   const Model& model_;
   Options opt_;

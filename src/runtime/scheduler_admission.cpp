@@ -137,8 +137,7 @@ void Scheduler::retire(Slot& s) {
   // prompt does not use (the prompt's tail, the generated ids in decode form): the kept state
   // is cut back to that point (outside the lock), so that a request extending it equals the
   // request run alone. A sequence that ended before reaching it keeps nothing.
-  if (opt_.keep_slot_states && !s.seq.failed() && !s.kept_kda.empty() &&
-      s.seq.n_past() >= s.kept_point) {
+  if (opt_.keep_slot_states && !s.seq.failed() && !s.kept_kda.empty() && s.seq.n_past() >= s.kept_point) {
     try {
       s.seq.rollback_to(s.kept_kda, s.kept_point);
       s.seq.release_unused();
@@ -171,9 +170,8 @@ Scheduler::SlotFileResult Scheduler::save_slot(int64_t id, const std::filesystem
     meta.ids = k.ids;
   }
   meta.fingerprint = fingerprint;
-  meta.extra_json = nlohmann::json{{kSlotFileKey,
-                                     {{"exact_resume", true}, {"grain", model_.prefill_grid().exact_grain()}}}}
-                        .dump();
+  meta.extra_json =
+      nlohmann::json{{kSlotFileKey, {{"exact_resume", true}, {"grain", model_.prefill_grid().exact_grain()}}}}.dump();
   Timer t;
   state->save(file, meta);  // a unique temporary file renamed onto `file`: concurrent saves never mix
   std::error_code ec;
@@ -205,7 +203,8 @@ Scheduler::SlotFileResult Scheduler::restore_slot(int64_t id, const std::filesys
   const int64_t grain = grid.exact_grain();
   bool exact = false;
   try {
-    const nlohmann::json extra = meta.extra_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(meta.extra_json);
+    const nlohmann::json extra =
+        meta.extra_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(meta.extra_json);
     exact = extra.is_object() && extra.contains(kSlotFileKey) && extra[kSlotFileKey].is_object() &&
             extra[kSlotFileKey].value("exact_resume", false) == true &&
             extra[kSlotFileKey].value("grain", int64_t{-1}) == grain;
@@ -248,8 +247,7 @@ Scheduler::SlotFileResult Scheduler::erase_slot(int64_t id) {
 std::vector<std::pair<bool, int64_t>> Scheduler::slot_summary() const {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<std::pair<bool, int64_t>> v;
-  for (size_t k = 0; k < kept_.size(); ++k)
-    v.push_back({busy_[k], kept_[k].state ? kept_[k].state->n_past() : 0});
+  for (size_t k = 0; k < kept_.size(); ++k) v.push_back({busy_[k], kept_[k].state ? kept_[k].state->n_past() : 0});
   return v;
 }
 

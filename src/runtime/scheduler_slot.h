@@ -31,7 +31,7 @@ struct Scheduler::Slot {
   /// 0 = none), and the KDA state there (SequenceState::snapshot), taken when prefill reaches it.
   int64_t kept_point = 0;
   StateLog kept_kda;
-  std::vector<int32_t> out;   ///< ids sampled
+  std::vector<int32_t> out;  ///< ids sampled
   // Speculative decoding (Options::speculation).
   std::unique_ptr<Drafter> drafter;  ///< null: plain decoding
   Draft draft;                       ///< this step's drafts (verified when non-empty)
@@ -46,7 +46,10 @@ struct Scheduler::Slot {
   }
 
   Slot(SeqRequest r, std::shared_ptr<SeqHandle> h, SequenceState s, DecodeLimits lim, PrefillGrid grid)
-      : req(std::move(r)), handle(std::move(h)), seq(std::move(s)), sampler(req.sampling),
+      : req(std::move(r)),
+        handle(std::move(h)),
+        seq(std::move(s)),
+        sampler(req.sampling),
         decoder(std::move(lim), grid) {
     for (int32_t id : req.prompt) sampler.accept(id);  // llama.cpp's penalty history
   }

@@ -37,10 +37,10 @@ enum class DecodeEnd {
 
 /// The limits of one sequence's decoding.
 struct DecodeLimits {
-  int64_t max_tokens = -1;         ///< ids to emit at most (a final stop id included); -1 = unlimited
-  int64_t n_ctx = 4096;            ///< tokens the sequence may hold (prompt included), >= 2
-  int64_t n_vocab = 0;             ///< ids are sampled and drafted in [0, n_vocab), >= 1
-  std::vector<int32_t> stop_ids;   ///< ids that end the sequence
+  int64_t max_tokens = -1;        ///< ids to emit at most (a final stop id included); -1 = unlimited
+  int64_t n_ctx = 4096;           ///< tokens the sequence may hold (prompt included), >= 2
+  int64_t n_vocab = 0;            ///< ids are sampled and drafted in [0, n_vocab), >= 1
+  std::vector<int32_t> stop_ids;  ///< ids that end the sequence
 };
 
 /// What SequenceDecoder::step decided for one forward's rows.
@@ -93,8 +93,8 @@ class SequenceDecoder {
   /// (file comment); `n_after` = ids the state holds after the forward, so ids[m] is emitted
   /// with n_after - n_drafts + m ids held. Errors: as accept_drafts / Sampler::sample (nothing
   /// emitted), and k3::Error after the sequence ended.
-  DecodeStep step(Sampler& sampler, std::span<const std::span<const float>> rows, const Draft& draft,
-                  int64_t n_after, const EmitFn& emit, const int32_t* forced = nullptr);
+  DecodeStep step(Sampler& sampler, std::span<const std::span<const float>> rows, const Draft& draft, int64_t n_after,
+                  const EmitFn& emit, const int32_t* forced = nullptr);
 
  private:
   DecodeLimits lim_;

@@ -11,8 +11,7 @@
 namespace k3 {
 
 void SpecOptions::validate() const {
-  if (draft_max < 1 || draft_max > 64)
-    throw Error("--draft-max: expected 1..64, found " + std::to_string(draft_max));
+  if (draft_max < 1 || draft_max > 64) throw Error("--draft-max: expected 1..64, found " + std::to_string(draft_max));
   if (draft_min < 0 || draft_min > draft_max)
     throw Error("--draft-min: expected 0..--draft-max (" + std::to_string(draft_max) + "), found " +
                 std::to_string(draft_min));
@@ -65,15 +64,15 @@ int32_t draw_residual(Sampler& s, const Sampler::Weights& p, const Sampler::Weig
 
 }  // namespace
 
-std::vector<int32_t> accept_drafts(Sampler& sampler, std::span<const std::span<const float>> rows,
-                                   const Draft& draft, const std::function<bool(int32_t)>& is_stop) {
+std::vector<int32_t> accept_drafts(Sampler& sampler, std::span<const std::span<const float>> rows, const Draft& draft,
+                                   const std::function<bool(int32_t)>& is_stop) {
   const size_t k = draft.ids.size();
   if (rows.size() != k + 1)
     throw Error("speculative: " + std::to_string(rows.size()) + " verify rows for " + std::to_string(k) +
                 " drafts (expected k + 1)");
   if (!draft.q.empty() && draft.q.size() != k)
-    throw Error("speculative: " + std::to_string(draft.q.size()) + " draft distributions for " +
-                std::to_string(k) + " drafts");
+    throw Error("speculative: " + std::to_string(draft.q.size()) + " draft distributions for " + std::to_string(k) +
+                " drafts");
   const bool greedy = sampler.params().temp <= 0.0f;
   std::vector<int32_t> out;
   for (size_t i = 0; i < k; ++i) {
@@ -103,8 +102,7 @@ std::vector<int32_t> accept_drafts(Sampler& sampler, std::span<const std::span<c
   return out;
 }
 
-Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpecOptions opt)
-    : drafter_(std::move(drafter)), opt_(opt) {
+Speculator::Speculator(std::unique_ptr<Drafter> drafter, SpecOptions opt) : drafter_(std::move(drafter)), opt_(opt) {
   if (!drafter_) throw Error("speculative: no drafter");
   opt_.validate();
 }
@@ -166,8 +164,7 @@ void Speculator::decode(const Model& model, SequenceState& seq, std::span<const 
     e.kda_steps = nd > 0 ? &steps_ : nullptr;
     const std::vector<float> all = std::move(model.forward_batch(std::span<const BatchEntry>(&e, 1))[0]);
     rows.clear();
-    for (int64_t i = 0; i <= nd; ++i)
-      rows.emplace_back(all.data() + i * vocab, static_cast<size_t>(n_vocab));
+    for (int64_t i = 0; i <= nd; ++i) rows.emplace_back(all.data() + i * vocab, static_cast<size_t>(n_vocab));
     const DecodeStep st = dec.step(sampler, rows, draft, seq.n_past(), emit);
     stats_.verify_ms += tv.ms();
     ++stats_.verifies;

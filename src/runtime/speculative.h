@@ -59,10 +59,10 @@ struct SpecOptions {
 };
 
 struct SpecStats {
-  int64_t verifies = 0;     ///< target forwards in the decode loop (with or without drafts)
-  int64_t drafted = 0;      ///< ids the target checked
-  int64_t accepted = 0;     ///< of those, accepted
-  int64_t emitted = 0;      ///< ids emitted by the decode loop (accepted + one per verify)
+  int64_t verifies = 0;  ///< target forwards in the decode loop (with or without drafts)
+  int64_t drafted = 0;   ///< ids the target checked
+  int64_t accepted = 0;  ///< of those, accepted
+  int64_t emitted = 0;   ///< ids emitted by the decode loop (accepted + one per verify)
   double draft_ms = 0, verify_ms = 0, rollback_ms = 0;
   /// "draft: accepted 123/200 (61.5%), 2.41 tokens per verify, 51 verifies | draft 3 ms, verify 40 ms, rollback 1 ms"
   std::string describe() const;
@@ -75,8 +75,8 @@ struct SpecStats {
 /// is_stop(id) holds (it is emitted last). Every emitted id is given to sampler.accept() in
 /// order, so row i is judged with the penalty history of the ids before it.
 /// Errors: k3::Error for rows.size() != k + 1 or draft.q of the wrong size; Sampler's errors.
-std::vector<int32_t> accept_drafts(Sampler& sampler, std::span<const std::span<const float>> rows,
-                                   const Draft& draft, const std::function<bool(int32_t)>& is_stop);
+std::vector<int32_t> accept_drafts(Sampler& sampler, std::span<const std::span<const float>> rows, const Draft& draft,
+                                   const std::function<bool(int32_t)>& is_stop);
 
 /// The speculative decode loop plugged into generate() through GenerateOptions::speculative.
 class Speculator {
@@ -90,8 +90,8 @@ class Speculator {
   /// (runtime/sequence_decoder.h), as in plain decoding and the Scheduler: a proposal is cut to
   /// draft_cap() ids and before an id outside [0, n_vocab). Fills r.ids / r.stop / r.stop_id.
   void decode(const Model& model, SequenceState& seq, std::span<const int32_t> prompt, Sampler& sampler,
-              const GenerateOptions& opt, std::vector<float> logits,
-              const std::function<bool(int32_t)>& on_token, GenerateResult& r);
+              const GenerateOptions& opt, std::vector<float> logits, const std::function<bool(int32_t)>& on_token,
+              GenerateResult& r);
   const SpecStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
   Drafter& drafter() { return *drafter_; }

@@ -32,11 +32,12 @@ std::string rate(int64_t n, double ms) {
 
 std::string RunStats::line() const {
   char b[320];
-  std::snprintf(b, sizeof b, "load: %.0f ms | prompt: %lld tok, %s tok/s | gen: %lld tok, %s tok/s | peak RSS: %.1f MiB | state: %.2f MiB",
-                load_ms, static_cast<long long>(n_prompt), rate(n_prompt, prompt_ms).c_str(),
-                static_cast<long long>(n_gen), rate(n_gen, gen_ms).c_str(),
-                static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0),
-                static_cast<double>(state_bytes) / (1024.0 * 1024.0));
+  std::snprintf(
+      b, sizeof b,
+      "load: %.0f ms | prompt: %lld tok, %s tok/s | gen: %lld tok, %s tok/s | peak RSS: %.1f MiB | state: %.2f MiB",
+      load_ms, static_cast<long long>(n_prompt), rate(n_prompt, prompt_ms).c_str(), static_cast<long long>(n_gen),
+      rate(n_gen, gen_ms).c_str(), static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0),
+      static_cast<double>(state_bytes) / (1024.0 * 1024.0));
   std::string s = b;
   if (!threads.empty()) s += " | threads: " + threads;
   if (show_seed) s += " | seed: " + std::to_string(seed);

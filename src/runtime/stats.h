@@ -27,15 +27,15 @@ uint64_t peak_rss_bytes();
 
 /// What one generation run measured. Times in milliseconds.
 struct RunStats {
-  double load_ms = 0;      ///< checkpoint open + model bind + tokenizer load
-  int64_t n_prompt = 0;    ///< tokens prefilled
-  double prompt_ms = 0;    ///< prefill time (the forward passes over the prompt)
-  int64_t n_gen = 0;       ///< tokens sampled
-  double gen_ms = 0;       ///< decode time (sampling + forward of each sampled token)
+  double load_ms = 0;        ///< checkpoint open + model bind + tokenizer load
+  int64_t n_prompt = 0;      ///< tokens prefilled
+  double prompt_ms = 0;      ///< prefill time (the forward passes over the prompt)
+  int64_t n_gen = 0;         ///< tokens sampled
+  double gen_ms = 0;         ///< decode time (sampling + forward of each sampled token)
   uint64_t state_bytes = 0;  ///< SequenceState::bytes() at the end
   uint64_t seed = 0;
   bool show_seed = false;
-  std::string threads;     ///< worker count and wait policy as the caller words it, e.g. "2 (passive wait)"
+  std::string threads;  ///< worker count and wait policy as the caller words it, e.g. "2 (passive wait)"
 
   /// "load: X ms | prompt: N tok, X tok/s | gen: N tok, X tok/s | peak RSS: X MiB | state: X MiB"
   /// (+ " | threads: T" when `threads` is set, + " | seed: S" when show_seed). Rates are "-" when

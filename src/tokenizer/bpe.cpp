@@ -12,7 +12,10 @@ constexpr int32_t kNone = std::numeric_limits<int32_t>::max();
 
 void bpe_scan(const RankTable& ranks, std::string_view s, std::vector<int32_t>& out) {
   // parts[i] = (start offset, rank of bytes[start_i .. start_{i+2}])
-  struct Part { uint32_t start; int32_t rank; };
+  struct Part {
+    uint32_t start;
+    int32_t rank;
+  };
   std::vector<Part> parts;
   parts.reserve(s.size() + 1);
   auto pair_rank = [&](const std::vector<Part>& p, std::size_t i) -> int32_t {
@@ -26,7 +29,10 @@ void bpe_scan(const RankTable& ranks, std::string_view s, std::vector<int32_t>& 
     int32_t min_rank = kNone;
     std::size_t min_i = 0;
     for (std::size_t i = 0; i + 1 < parts.size(); ++i)
-      if (parts[i].rank < min_rank) { min_rank = parts[i].rank; min_i = i; }
+      if (parts[i].rank < min_rank) {
+        min_rank = parts[i].rank;
+        min_i = i;
+      }
     if (min_rank == kNone) break;
     parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(min_i) + 1);
     parts[min_i].rank = pair_rank(parts, min_i);
@@ -42,11 +48,16 @@ void bpe_heap(const RankTable& ranks, std::string_view s, std::vector<int32_t>& 
   // (n at the end), prev_[i] the previous part's start. alive_[i] marks current part starts.
   std::vector<uint32_t> next(n), prev(n);
   std::vector<uint8_t> alive(n, 1);
-  for (uint32_t i = 0; i < n; ++i) { next[i] = i + 1; prev[i] = i == 0 ? UINT32_MAX : i - 1; }
-  struct Cand { int32_t rank; uint32_t start; uint32_t end; };  // pair bytes [start, end)
-  auto cmp = [](const Cand& a, const Cand& b) {
-    return a.rank != b.rank ? a.rank > b.rank : a.start > b.start;
-  };
+  for (uint32_t i = 0; i < n; ++i) {
+    next[i] = i + 1;
+    prev[i] = i == 0 ? UINT32_MAX : i - 1;
+  }
+  struct Cand {
+    int32_t rank;
+    uint32_t start;
+    uint32_t end;
+  };  // pair bytes [start, end)
+  auto cmp = [](const Cand& a, const Cand& b) { return a.rank != b.rank ? a.rank > b.rank : a.start > b.start; };
   std::priority_queue<Cand, std::vector<Cand>, decltype(cmp)> heap(cmp);
   auto push_pair = [&](uint32_t left) {
     const uint32_t right = next[left];
@@ -76,7 +87,10 @@ void bpe_heap(const RankTable& ranks, std::string_view s, std::vector<int32_t>& 
 void bpe_encode_with(const RankTable& ranks, std::string_view piece, std::vector<int32_t>& out, bool heap) {
   if (piece.empty()) return;
   const int32_t whole = ranks.find(piece);
-  if (whole >= 0) { out.push_back(whole); return; }
+  if (whole >= 0) {
+    out.push_back(whole);
+    return;
+  }
   if (heap) bpe_heap(ranks, piece, out);
   else bpe_scan(ranks, piece, out);
 }

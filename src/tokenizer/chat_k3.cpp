@@ -67,17 +67,25 @@ std::string where(std::size_t i, const std::string& key) {
 void add_content(Builder& b, const OJ& msg, std::size_t i) {
   auto it = msg.find("content");
   if (it == msg.end() || it->is_null()) return;
-  if (it->is_string()) { b.text(it->get<std::string>()); return; }
-  if (!it->is_array()) throw Error(where(i, "content") + ": expected a string, null or a list of parts, found " + it->type_name());
+  if (it->is_string()) {
+    b.text(it->get<std::string>());
+    return;
+  }
+  if (!it->is_array())
+    throw Error(where(i, "content") + ": expected a string, null or a list of parts, found " + it->type_name());
   std::size_t k = 0;
   for (const auto& part : *it) {
     const std::string w = where(i, "content[" + std::to_string(k++) + "]");
-    if (part.is_string()) { b.text(part.get<std::string>()); continue; }
+    if (part.is_string()) {
+      b.text(part.get<std::string>());
+      continue;
+    }
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
       throw Error(w + ": expected an object with a string \"type\"");
     const std::string type = part["type"];
     if (type != "text")
-      throw Error(w + ": content part type \"" + type + "\" is not supported (text only; image prompts are not implemented)");
+      throw Error(w + ": content part type \"" + type +
+                  "\" is not supported (text only; image prompts are not implemented)");
     if (!part.contains("text") || !part["text"].is_string()) throw Error(w + ".text: expected a string");
     b.text(part["text"].get<std::string>());
   }
@@ -104,7 +112,9 @@ std::string json_type_name(const OJ& v) {
   }
 }
 
-struct CallInfo { std::string id, name; };
+struct CallInfo {
+  std::string id, name;
+};
 
 std::vector<CallInfo> add_assistant(Builder& b, const OJ& msg, std::size_t i, bool thinking) {
   b.open("message", {{"role", "assistant"}});
@@ -201,8 +211,10 @@ ChatOptions ChatOptions::from_kwargs(const OJ& kw) {
     } else if (k == "tools") o.tools = v;
     else if (k == "tool_choice") o.tool_choice = v;
     else if (k == "response_format") o.response_format = v;
-    else throw Error("chat kwargs: unknown key \"" + k + "\" (known: thinking, enable_thinking, thinking_effort, "
-                     "add_generation_prompt, tools, tool_choice, response_format)");
+    else
+      throw Error("chat kwargs: unknown key \"" + k +
+                  "\" (known: thinking, enable_thinking, thinking_effort, "
+                  "add_generation_prompt, tools, tool_choice, response_format)");
   }
   return o;
 }
@@ -213,18 +225,19 @@ std::vector<ChatSegment> build_chat_segments(const OJ& messages, const ChatOptio
   if (!opt.tools.is_null()) {
     if (!opt.tools.is_array()) throw Error("chat tools: expected a list, found " + std::string(opt.tools.type_name()));
     if (!opt.tools.empty())
-      b.system_note("tool-declare",
-                    "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n" +
-                        tok::py_json_dumps(opt.tools, true, true) + "\n```");
+      b.system_note("tool-declare", "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n" +
+                                        tok::py_json_dumps(opt.tools, true, true) + "\n```");
   }
   if (opt.thinking && opt.thinking_effort) {
     const std::string& e = *opt.thinking_effort;
     if (e != "low" && e != "high" && e != "max")
-      throw Error("chat thinking_effort: expected low, high or max (the reference rejects others), found \"" + e + "\"");
+      throw Error("chat thinking_effort: expected low, high or max (the reference rejects others), found \"" + e +
+                  "\"");
     b.system_note("thinking-effort",
                   "`thinking_effort` guides on how much to think in your thinking channel (not including the "
                   "response channel), supported values include `low`, `medium`, `high`, and `max`.\nNow the "
-                  "system is invoked with `thinking_effort=" + e + "`.");
+                  "system is invoked with `thinking_effort=" +
+                      e + "`.");
   }
   std::vector<CallInfo> last_calls;
   std::size_t tool_count = 0;
@@ -258,11 +271,17 @@ std::vector<ChatSegment> build_chat_segments(const OJ& messages, const ChatOptio
       bool all = !last_calls.empty();
       for (std::size_t k : order) {
         const std::string id = opt_string(messages[k], "tool_call_id", k);
-        auto it = std::find_if(last_calls.begin(), last_calls.end(), [&](const CallInfo& c) { return !id.empty() && c.id == id; });
-        if (it == last_calls.end()) { all = false; break; }
+        auto it = std::find_if(last_calls.begin(), last_calls.end(),
+                               [&](const CallInfo& c) { return !id.empty() && c.id == id; });
+        if (it == last_calls.end()) {
+          all = false;
+          break;
+        }
         call_pos[k] = static_cast<std::size_t>(it - last_calls.begin());
       }
-      if (all) std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t c) { return call_pos[a] < call_pos[c]; });
+      if (all)
+        std::stable_sort(order.begin(), order.end(),
+                         [&](std::size_t a, std::size_t c) { return call_pos[a] < call_pos[c]; });
       for (std::size_t k : order) {
         const OJ& m = messages[k];
         ++tool_count;
@@ -284,11 +303,14 @@ std::vector<ChatSegment> build_chat_segments(const OJ& messages, const ChatOptio
   if (opt.tool_choice.is_string()) {
     const std::string tc = opt.tool_choice;
     if (tc == "required")
-      b.system_note("tool-choice", "The system is invoked with `tool_choice=required`.\nYou MUST call tools in the next message.");
+      b.system_note("tool-choice",
+                    "The system is invoked with `tool_choice=required`.\nYou MUST call tools in the next message.");
     else if (tc == "none")
-      b.system_note("tool-choice", "The system is invoked with `tool_choice=none`.\nYou MUST NOT call any tools in the next message.");
+      b.system_note("tool-choice",
+                    "The system is invoked with `tool_choice=none`.\nYou MUST NOT call any tools in the next message.");
   } else if (!opt.tool_choice.is_null()) {
-    throw Error("chat tool_choice: only \"auto\", \"required\" and \"none\" are supported, found " + opt.tool_choice.dump());
+    throw Error("chat tool_choice: only \"auto\", \"required\" and \"none\" are supported, found " +
+                opt.tool_choice.dump());
   }
   if (!opt.response_format.is_null()) {
     const OJ& rf = opt.response_format;

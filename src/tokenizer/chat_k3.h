@@ -14,7 +14,7 @@ namespace k3 {
 
 /// apply_chat_template keyword arguments.
 struct ChatOptions {
-  bool thinking = true;                              ///< `thinking` / `enable_thinking`
+  bool thinking = true;                                ///< `thinking` / `enable_thinking`
   std::optional<std::string> thinking_effort = "max";  ///< low/high/max; nullopt = no message
   bool add_generation_prompt = true;
   nlohmann::ordered_json tools;            ///< OpenAI tools list, or null

@@ -13,9 +13,13 @@ using OJ = nlohmann::ordered_json;
 std::string unescape_attr(const std::string& v) {
   std::string o;
   for (std::size_t i = 0; i < v.size();) {
-    if (v.compare(i, 6, "&quot;") == 0) { o.push_back('"'); i += 6; }
-    else if (v.compare(i, 5, "&amp;") == 0) { o.push_back('&'); i += 5; }
-    else o.push_back(v[i++]);
+    if (v.compare(i, 6, "&quot;") == 0) {
+      o.push_back('"');
+      i += 6;
+    } else if (v.compare(i, 5, "&amp;") == 0) {
+      o.push_back('&');
+      i += 5;
+    } else o.push_back(v[i++]);
   }
   return o;
 }
@@ -88,7 +92,11 @@ ParsedOutput parse_k3_output(const Tokenizer& tok, const std::vector<int32_t>& i
     const int32_t id = ids[k];
     const std::string_view bytes = tok.token_bytes(id);  // range check
     out.n_consumed = k + 1;
-    if (id == eom || id == eos) { out.stopped = true; out.stop_id = id; break; }
+    if (id == eom || id == eos) {
+      out.stopped = true;
+      out.stop_id = id;
+      break;
+    }
     if (id == open || id == close) {
       mode = id == open ? Mode::kOpenTag : Mode::kCloseTag;
       tag_text.clear();
@@ -122,7 +130,10 @@ ParsedOutput parse_k3_output(const Tokenizer& tok, const std::vector<int32_t>& i
       mode = Mode::kBody;
       continue;
     }
-    if (mode != Mode::kBody) { tag_text.append(bytes); continue; }
+    if (mode != Mode::kBody) {
+      tag_text.append(bytes);
+      continue;
+    }
     if (tok.is_special(id)) continue;  // stray markers and other specials carry no text
     switch (ch) {
       case Channel::kReasoning: reasoning.append(bytes); break;

@@ -29,8 +29,8 @@ struct ParsedOutput {
   std::string reasoning;  ///< think channel (UTF-8, invalid bytes replaced by U+FFFD)
   std::string content;    ///< response channel
   std::vector<ParsedToolCall> tool_calls;
-  bool stopped = false;      ///< ended on <|end_of_msg|> or [EOS]
-  int32_t stop_id = -1;      ///< the id that stopped it, or -1
+  bool stopped = false;        ///< ended on <|end_of_msg|> or [EOS]
+  int32_t stop_id = -1;        ///< the id that stopped it, or -1
   std::size_t n_consumed = 0;  ///< ids read, including the stop id
 };
 

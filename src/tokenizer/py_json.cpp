@@ -40,7 +40,10 @@ void dump_string(const std::string& s, std::string& out) {
 // scientific with a sign and at least two exponent digits.
 void dump_float(double d, std::string& out) {
   if (!std::isfinite(d)) throw Error("JSON: NaN/Infinity cannot be rendered (Python would write NaN/Infinity)");
-  if (d == 0) { out += std::signbit(d) ? "-0.0" : "0.0"; return; }
+  if (d == 0) {
+    out += std::signbit(d) ? "-0.0" : "0.0";
+    return;
+  }
   char buf[64];
   auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
   std::string sci(buf, r.ptr);  // e.g. "-1.2345e+02"
@@ -48,9 +51,13 @@ void dump_float(double d, std::string& out) {
   std::string mant = sci.substr(0, e);
   const int exp10 = std::stoi(sci.substr(e + 1));
   bool neg = false;
-  if (!mant.empty() && mant[0] == '-') { neg = true; mant.erase(0, 1); }
+  if (!mant.empty() && mant[0] == '-') {
+    neg = true;
+    mant.erase(0, 1);
+  }
   std::string digits;
-  for (char c : mant) if (c != '.') digits.push_back(c);
+  for (char c : mant)
+    if (c != '.') digits.push_back(c);
   if (neg) out.push_back('-');
   if (exp10 >= -4 && exp10 < 16) {
     const int n = static_cast<int>(digits.size());
@@ -69,7 +76,10 @@ void dump_float(double d, std::string& out) {
     }
   } else {
     out += digits.substr(0, 1);
-    if (digits.size() > 1) { out.push_back('.'); out += digits.substr(1); }
+    if (digits.size() > 1) {
+      out.push_back('.');
+      out += digits.substr(1);
+    }
     char eb[16];
     std::snprintf(eb, sizeof eb, "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
     out += eb;
@@ -116,8 +126,7 @@ void dump(const nlohmann::ordered_json& v, bool sort_keys, bool compact, std::st
       out.push_back('}');
       return;
     }
-    default:
-      throw Error("JSON: cannot render a binary/discarded value");
+    default: throw Error("JSON: cannot render a binary/discarded value");
   }
 }
 

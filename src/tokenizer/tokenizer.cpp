@@ -32,8 +32,7 @@ Tokenizer Tokenizer::from_strings(std::string_view tiktoken_text, std::string_vi
   return t;
 }
 
-Tokenizer Tokenizer::from_files(const std::filesystem::path& tiktoken_path,
-                                const std::filesystem::path& config_path) {
+Tokenizer Tokenizer::from_files(const std::filesystem::path& tiktoken_path, const std::filesystem::path& config_path) {
   const std::string model = read_file(tiktoken_path);
   Tokenizer t;
   t.ranks_ = tok::RankTable::parse(model, tiktoken_path.string());
@@ -86,7 +85,10 @@ void Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out
 
 void Tokenizer::encode_part(std::string_view part, const std::vector<int32_t>& allowed,
                             std::vector<int32_t>& out) const {
-  if (allowed.empty()) { encode_ordinary(part, out); return; }
+  if (allowed.empty()) {
+    encode_ordinary(part, out);
+    return;
+  }
   // tiktoken: find the earliest allowed special (longest at that position), encode the text
   // before it with the pattern, emit the special id, continue after it.
   std::string first_bytes;
@@ -102,9 +104,15 @@ void Tokenizer::encode_part(std::string_view part, const std::vector<int32_t>& a
     std::size_t best_len = 0;
     for (int32_t id : allowed) {
       const std::string& t = specials_[static_cast<std::size_t>(id - n_ranks())].text;
-      if (t.size() > best_len && part.compare(cand, t.size(), t) == 0) { best = id; best_len = t.size(); }
+      if (t.size() > best_len && part.compare(cand, t.size(), t) == 0) {
+        best = id;
+        best_len = t.size();
+      }
     }
-    if (best < 0) { pos = cand + 1; continue; }
+    if (best < 0) {
+      pos = cand + 1;
+      continue;
+    }
     encode_ordinary(part.substr(start, cand - start), out);
     out.push_back(best);
     start = pos = cand + best_len;
@@ -120,7 +128,10 @@ void Tokenizer::for_each_chunk(std::string_view text, const std::function<void(s
   while (pos < text.size()) {
     const auto st = tok::utf8_step(text, pos);
     const bool sp = tok::py_isspace(st.cp);
-    if (first) { run_space = sp; first = false; }
+    if (first) {
+      run_space = sp;
+      first = false;
+    }
     if (sp != run_space) {
       run = 1;
       run_space = sp;
@@ -146,10 +157,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const AllowedSpeci
 }
 
 std::optional<std::vector<int32_t>> Tokenizer::encode_at_most(std::string_view text_in, std::size_t max_tokens,
-                                                             const AllowedSpecials& allowed) const {
+                                                              const AllowedSpecials& allowed) const {
   std::string repaired;
   std::string_view text = text_in;
-  if (!tok::utf8_valid(text)) { repaired = tok::utf8_sanitize(text); text = repaired; }
+  if (!tok::utf8_valid(text)) {
+    repaired = tok::utf8_sanitize(text);
+    text = repaired;
+  }
   std::vector<int32_t> allowed_ids;
   if (allowed.is_all()) {
     for (const auto& s : specials_) allowed_ids.push_back(s.id);

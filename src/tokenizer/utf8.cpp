@@ -12,13 +12,16 @@ Utf8Step utf8_step(std::string_view s, std::size_t pos) {
   std::uint32_t cp;
   unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
   if (b0 >= 0xC2 && b0 <= 0xDF) {
-    need = 2; cp = b0 & 0x1F;
+    need = 2;
+    cp = b0 & 0x1F;
   } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    need = 3; cp = b0 & 0x0F;
+    need = 3;
+    cp = b0 & 0x0F;
     if (b0 == 0xE0) lo = 0xA0;
     if (b0 == 0xED) hi = 0x9F;
   } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    need = 4; cp = b0 & 0x07;
+    need = 4;
+    cp = b0 & 0x07;
     if (b0 == 0xF0) lo = 0x90;
     if (b0 == 0xF4) hi = 0x8F;
   } else {
@@ -37,7 +40,10 @@ Utf8Step utf8_step(std::string_view s, std::size_t pos) {
 bool utf8_valid(std::string_view s) {
   std::size_t i = 0;
   while (i < s.size()) {
-    if (static_cast<unsigned char>(s[i]) < 0x80) { ++i; continue; }
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
     const Utf8Step st = utf8_step(s, i);
     if (st.kind != Utf8Step::kChar) return false;
     i += st.len;
@@ -50,7 +56,11 @@ std::string utf8_sanitize(std::string_view s) {
   out.reserve(s.size());
   std::size_t i = 0;
   while (i < s.size()) {
-    if (static_cast<unsigned char>(s[i]) < 0x80) { out.push_back(s[i]); ++i; continue; }
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      out.push_back(s[i]);
+      ++i;
+      continue;
+    }
     const Utf8Step st = utf8_step(s, i);
     if (st.kind == Utf8Step::kChar) out.append(s.substr(i, st.len));
     else out.append("\xEF\xBF\xBD");
@@ -81,11 +91,15 @@ bool py_isspace(std::uint32_t cp) {
   if (cp <= 0x20) return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C);
   if (cp < 0x85) return false;
   switch (cp) {
-    case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F:
-    case 0x3000:
-      return true;
-    default:
-      return cp >= 0x2000 && cp <= 0x200A;
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000: return true;
+    default: return cp >= 0x2000 && cp <= 0x200A;
   }
 }
 

@@ -13,8 +13,8 @@ namespace k3::tok {
 /// Result of looking at the bytes starting at one position of a UTF-8 buffer.
 struct Utf8Step {
   enum Kind { kChar, kInvalid, kIncomplete } kind;
-  std::size_t len;    ///< bytes consumed: the character, or the maximal invalid subpart
-  std::uint32_t cp;   ///< code point when kind == kChar
+  std::size_t len;   ///< bytes consumed: the character, or the maximal invalid subpart
+  std::uint32_t cp;  ///< code point when kind == kChar
 };
 
 /// Classifies the bytes at s[pos..]. kIncomplete means the tail is a valid but truncated

@@ -77,7 +77,11 @@ std::string printable(std::string_view s) {
   std::string o;
   for (unsigned char c : s.substr(0, 60)) {
     if (c >= 0x20 && c < 0x7F) o.push_back(static_cast<char>(c));
-    else { char b[8]; std::snprintf(b, sizeof b, "\\x%02x", c); o += b; }
+    else {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      o += b;
+    }
   }
   if (s.size() > 60) o += "...";
   return o;
@@ -104,7 +108,9 @@ int32_t RankTable::find(const char* p, std::size_t n) const {
 }
 
 RankTable RankTable::parse(std::string_view text, const std::string& name) {
-  struct Entry { uint32_t off, len; };
+  struct Entry {
+    uint32_t off, len;
+  };
   std::vector<Entry> by_rank;
   std::string arena, tok;
   std::size_t pos = 0, line_no = 0;
@@ -123,8 +129,8 @@ RankTable RankTable::parse(std::string_view text, const std::string& name) {
     if (line.empty()) throw Error(where + ": expected `BASE64 RANK`, found an empty line");
     const std::size_t sp = line.find(' ');
     if (sp == std::string_view::npos || line.find(' ', sp + 1) != std::string_view::npos)
-      throw Error(where + ": expected exactly two space-separated fields `BASE64 RANK`, found '" +
-                  printable(line) + "'");
+      throw Error(where + ": expected exactly two space-separated fields `BASE64 RANK`, found '" + printable(line) +
+                  "'");
     const std::string_view b64 = line.substr(0, sp), rank_s = line.substr(sp + 1);
     uint64_t rank = 0;
     auto [ptr, ec] = std::from_chars(rank_s.data(), rank_s.data() + rank_s.size(), rank);
@@ -134,8 +140,7 @@ RankTable RankTable::parse(std::string_view text, const std::string& name) {
     if (rank >= by_rank.size())
       throw Error(where + ": rank " + std::to_string(rank) + " out of range: ranks must be dense 0.." +
                   std::to_string(by_rank.size() - 1) + " for " + std::to_string(by_rank.size()) + " lines");
-    if (by_rank[rank].off != UINT32_MAX)
-      throw Error(where + ": duplicate rank " + std::to_string(rank));
+    if (by_rank[rank].off != UINT32_MAX) throw Error(where + ": duplicate rank " + std::to_string(rank));
     if (!b64_decode(b64, tok))
       throw Error(where + ": expected canonical base64 token bytes, found '" + printable(b64) + "'");
     if (arena.size() + tok.size() > UINT32_MAX / 2) throw Error(where + ": vocabulary too large");
@@ -144,13 +149,12 @@ RankTable RankTable::parse(std::string_view text, const std::string& name) {
     ++n_entries;
   }
   if (n_entries == 0) throw Error(name + ": expected tiktoken lines `BASE64 RANK`, found no tokens");
-  if (n_entries > static_cast<std::size_t>(INT32_MAX) - kNumSpecialSlots)
-    throw Error(name + ": too many tokens");
+  if (n_entries > static_cast<std::size_t>(INT32_MAX) - kNumSpecialSlots) throw Error(name + ": too many tokens");
   by_rank.resize(n_entries);  // ranks were checked < line count; now require dense 0..n-1
   for (std::size_t r = 0; r < n_entries; ++r)
     if (by_rank[r].off == UINT32_MAX)
-      throw Error(name + ": ranks must be dense 0.." + std::to_string(n_entries - 1) + ", rank " +
-                  std::to_string(r) + " is missing");
+      throw Error(name + ": ranks must be dense 0.." + std::to_string(n_entries - 1) + ", rank " + std::to_string(r) +
+                  " is missing");
   RankTable t;
   t.offsets_.reserve(n_entries + 1);
   t.arena_.reserve(arena.size());
@@ -167,29 +171,44 @@ RankTable RankTable::parse(std::string_view text, const std::string& name) {
   for (std::size_t r = 0; r < n_entries; ++r) {
     const std::string_view b = t.bytes(static_cast<int32_t>(r));
     if (t.find(b.data(), b.size()) >= 0)
-      throw Error(name + ": token of rank " + std::to_string(r) + " ('" + printable(b) +
-                  "') duplicates rank " + std::to_string(t.find(b.data(), b.size())));
+      throw Error(name + ": token of rank " + std::to_string(r) + " ('" + printable(b) + "') duplicates rank " +
+                  std::to_string(t.find(b.data(), b.size())));
     const uint64_t h = hash_bytes(b.data(), b.size());
     uint64_t i = h & t.mask_;
     while (t.slots_[i] != 0) i = (i + 1) & t.mask_;
     t.slots_[i] = ((h >> 32) << 32) | static_cast<uint64_t>(r + 1);
-    if (b.size() == 2) t.pair_rank_[(static_cast<uint8_t>(b[0]) << 8) | static_cast<uint8_t>(b[1])] = static_cast<int32_t>(r);
+    if (b.size() == 2)
+      t.pair_rank_[(static_cast<uint8_t>(b[0]) << 8) | static_cast<uint8_t>(b[1])] = static_cast<int32_t>(r);
   }
   for (int c = 0; c < 256; ++c) {
     const char ch = static_cast<char>(c);
     if (t.find(&ch, 1) < 0)
-      throw Error(name + ": the single byte 0x" + [&] { char b[4]; std::snprintf(b, sizeof b, "%02x", c); return std::string(b); }() +
-                  " is not in the vocabulary; all 256 single bytes are required");
+      throw Error(name + ": the single byte 0x" + [&] {
+        char b[4];
+        std::snprintf(b, sizeof b, "%02x", c);
+        return std::string(b);
+      }() + " is not in the vocabulary; all 256 single bytes are required");
   }
   return t;
 }
 
 std::vector<SpecialToken> specials_k3_default(int32_t n) {
-  static const std::array<std::pair<int, const char*>, 16> kNamed = {{
-      {0, "[BOS]"}, {1, "[EOS]"}, {2, "<|end_of_msg|>"}, {3, "<|open|>"}, {4, "<|close|>"},
-      {5, "<|sep|>"}, {6, "[start_header_id]"}, {7, "[end_header_id]"}, {9, "[EOT]"},
-      {18, "<|media_begin|>"}, {19, "<|media_content|>"}, {20, "<|media_end|>"},
-      {21, "<|media_pad|>"}, {65, "<osagent_mode>"}, {254, "[UNK]"}, {255, "[PAD]"}}};
+  static const std::array<std::pair<int, const char*>, 16> kNamed = {{{0, "[BOS]"},
+                                                                      {1, "[EOS]"},
+                                                                      {2, "<|end_of_msg|>"},
+                                                                      {3, "<|open|>"},
+                                                                      {4, "<|close|>"},
+                                                                      {5, "<|sep|>"},
+                                                                      {6, "[start_header_id]"},
+                                                                      {7, "[end_header_id]"},
+                                                                      {9, "[EOT]"},
+                                                                      {18, "<|media_begin|>"},
+                                                                      {19, "<|media_content|>"},
+                                                                      {20, "<|media_end|>"},
+                                                                      {21, "<|media_pad|>"},
+                                                                      {65, "<osagent_mode>"},
+                                                                      {254, "[UNK]"},
+                                                                      {255, "[PAD]"}}};
   std::vector<SpecialToken> out;
   for (int32_t k = 0; k < kNumSpecialSlots; ++k)
     out.push_back({n + k, "<|reserved_token_" + std::to_string(n + k) + "|>", true, false});
@@ -201,8 +220,7 @@ std::vector<SpecialToken> specials_k3_default(int32_t n) {
   return out;
 }
 
-std::vector<SpecialToken> specials_from_config(std::string_view config_json, int32_t n,
-                                               const std::string& name) {
+std::vector<SpecialToken> specials_from_config(std::string_view config_json, int32_t n, const std::string& name) {
   check_json_depth(config_json, name);
   nlohmann::json j;
   try {
@@ -222,12 +240,10 @@ std::vector<SpecialToken> specials_from_config(std::string_view config_json, int
     const std::string where = name + ": added_tokens_decoder[\"" + key + "\"]";
     int64_t id = -1;
     auto [ptr, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
-    if (ec != std::errc() || ptr != key.data() + key.size())
-      throw Error(where + ": expected a decimal id as key");
+    if (ec != std::errc() || ptr != key.data() + key.size()) throw Error(where + ": expected a decimal id as key");
     if (id < n || id >= int64_t(n) + kNumSpecialSlots)
-      throw Error(where + ": expected an id in [" + std::to_string(n) + ", " +
-                  std::to_string(n + kNumSpecialSlots) + ") (after the " + std::to_string(n) +
-                  " ranks), found " + std::to_string(id));
+      throw Error(where + ": expected an id in [" + std::to_string(n) + ", " + std::to_string(n + kNumSpecialSlots) +
+                  ") (after the " + std::to_string(n) + " ranks), found " + std::to_string(id));
     if (!val.is_object() || !val.contains("content") || !val["content"].is_string())
       throw Error(where + ": expected an object with a string \"content\"");
     const std::string content = val["content"].get<std::string>();

@@ -28,9 +28,9 @@ class RankTable {
 
  private:
   std::string arena_;
-  std::vector<uint32_t> offsets_;  // size N+1
-  std::vector<uint64_t> slots_;    // open addressing: (hash tag << 32) | (rank+1); 0 = empty
-  std::vector<int32_t> pair_rank_; // 65536 entries: rank of each 2-byte string or -1
+  std::vector<uint32_t> offsets_;   // size N+1
+  std::vector<uint64_t> slots_;     // open addressing: (hash tag << 32) | (rank+1); 0 = empty
+  std::vector<int32_t> pair_rank_;  // 65536 entries: rank of each 2-byte string or -1
   uint64_t mask_ = 0;
 };
 
@@ -49,8 +49,7 @@ inline constexpr int32_t kNumSpecialSlots = 256;
 /// `added_tokens_decoder` (keys are absolute ids as strings, values {"content", "special"}).
 /// Every id must lie in [n_ranks, n_ranks+256) and every content must be unique; other slots
 /// become `<|reserved_token_{id}|>`. `name` is used in errors (k3::Error).
-std::vector<SpecialToken> specials_from_config(std::string_view config_json, int32_t n_ranks,
-                                               const std::string& name);
+std::vector<SpecialToken> specials_from_config(std::string_view config_json, int32_t n_ranks, const std::string& name);
 
 /// The K3 table of spec tokenizer.md §3.2, offset to start at n_ranks (used when no
 /// tokenizer_config.json is present).

@@ -49,9 +49,9 @@ TEST(TensorTable, RowsFollowRoleOrderWithUniqueIdsAndPatternsPerGroup) {
 
 TEST(TensorTable, LookupByRoleEqualsTheListing) {
   for (const ModelConfig& c : {tiny(), tiny({{"mla_use_output_gate", false},
-                                              {"latent_moe_use_norm", false},
-                                              {"num_shared_experts", 0},
-                                              {"tie_word_embeddings", true}})}) {
+                                             {"latent_moe_use_norm", false},
+                                             {"num_shared_experts", 0},
+                                             {"tie_word_embeddings", true}})}) {
     int n = 0;
     for_each_tensor_spec(c, [&](const TensorSpec& s) {
       const TensorSpec t = tensor_spec(c, s.role, s.il, s.expert);
@@ -91,8 +91,9 @@ TEST(TensorTable, NamesAndShapesOfTypedLookups) {
 
 TEST(TensorTable, LookupErrorsNameTheRowAndTheReason) {
   const ModelConfig c = tiny();
-  EXPECT_NE(spec_error(c, TensorRole::MlaQA, 0).find("layer 0 has no 'model.layers.{il}.self_attn.q_a_proj.weight' "
-                                                       "(its plan: KDA + dense MLP)"),
+  EXPECT_NE(spec_error(c, TensorRole::MlaQA, 0)
+                .find("layer 0 has no 'model.layers.{il}.self_attn.q_a_proj.weight' "
+                      "(its plan: KDA + dense MLP)"),
             std::string::npos)
       << spec_error(c, TensorRole::MlaQA, 0);
   EXPECT_NE(spec_error(c, TensorRole::InputNorm, c.num_hidden_layers).find("outside [0, 5)"), std::string::npos);
@@ -128,7 +129,7 @@ TEST(TensorTable, EveryStoredNameMatchesItsRow) {
   EXPECT_EQ(match_tensor_name(c, "model.layers.0.self_attn.o_proj.weight")->role, TensorRole::KdaOProj);
   EXPECT_EQ(match_tensor_name(c, "model.layers.2.self_attn.o_proj.weight")->role, TensorRole::MlaOProj);
   EXPECT_FALSE(match_tensor_name(c, "model.layers.4.block_sparse_moe.experts.4.w3").has_value());  // 4 experts
-  EXPECT_FALSE(match_tensor_name(c, "model.layers.5.input_layernorm.weight").has_value());          // 5 layers
+  EXPECT_FALSE(match_tensor_name(c, "model.layers.5.input_layernorm.weight").has_value());         // 5 layers
   EXPECT_FALSE(match_tensor_name(c, "model.layers.0.mlp.gate_proj.weight_packed").has_value());
   EXPECT_FALSE(match_tensor_name(c, "model.layers.1.mlp.gate_proj.weight").has_value());  // layer 1 is LatentMoE
   EXPECT_FALSE(match_tensor_name(c, "model.layers.x.input_layernorm.weight").has_value());
@@ -150,9 +151,7 @@ TEST(TensorTable, NamesByRoleEqualTheSpecsNames) {
   const ModelConfig c = tiny();
   EXPECT_EQ(tensor_name(TensorRole::EmbedTokens), "model.embed_tokens.weight");
   EXPECT_EQ(tensor_name(TensorRole::ExpertW2, 3, 7), "model.layers.3.block_sparse_moe.experts.7.w2");
-  for_each_tensor_spec(c, [&](const TensorSpec& s) {
-    EXPECT_EQ(tensor_name(s.role, s.il, s.expert), s.name);
-  });
+  for_each_tensor_spec(c, [&](const TensorSpec& s) { EXPECT_EQ(tensor_name(s.role, s.il, s.expert), s.name); });
   EXPECT_EQ(text_tensor_name("language_model.model.norm.weight"), "model.norm.weight");
   EXPECT_EQ(text_tensor_name("model.norm.weight"), "model.norm.weight");
   EXPECT_EQ(text_tensor_name("vision_tower.x"), "vision_tower.x");

@@ -33,8 +33,7 @@ inline Inputs make_inputs(int T, int H, int K, int V, Gates gates, Betas betas, 
   std::mt19937 rng(seed);
   std::normal_distribution<float> nrm(0.f, 1.f);
   std::uniform_real_distribution<float> uni(0.f, 1.f);
-  const std::size_t nk = static_cast<std::size_t>(T) * H * K,
-                    nv = static_cast<std::size_t>(T) * H * V;
+  const std::size_t nk = static_cast<std::size_t>(T) * H * K, nv = static_cast<std::size_t>(T) * H * V;
   in.q.resize(nk);
   in.k.resize(nk);
   in.g.resize(nk);
@@ -54,34 +53,18 @@ inline Inputs make_inputs(int T, int H, int K, int V, Gates gates, Betas betas, 
   for (std::size_t i = 0; i < nk; ++i) {
     const std::size_t t = i / (static_cast<std::size_t>(H) * K);
     switch (gates) {
-      case Gates::Uniform:
-        in.g[i] = -5.0f * uni(rng);
-        break;
-      case Gates::AllMin:
-        in.g[i] = -5.0f;
-        break;
-      case Gates::NearMin:
-        in.g[i] = -5.0f + 1e-7f;
-        break;
-      case Gates::Mixed:
-        in.g[i] = ((t / 37) % 2 == 0) ? -5.0f : -0.01f * uni(rng);
-        break;
-      case Gates::Wide:
-        in.g[i] = -60.0f * uni(rng);
-        break;
+      case Gates::Uniform: in.g[i] = -5.0f * uni(rng); break;
+      case Gates::AllMin: in.g[i] = -5.0f; break;
+      case Gates::NearMin: in.g[i] = -5.0f + 1e-7f; break;
+      case Gates::Mixed: in.g[i] = ((t / 37) % 2 == 0) ? -5.0f : -0.01f * uni(rng); break;
+      case Gates::Wide: in.g[i] = -60.0f * uni(rng); break;
     }
   }
   for (auto& b : in.beta) {
     switch (betas) {
-      case Betas::Random:
-        b = 1.0f / (1.0f + std::exp(-nrm(rng)));
-        break;
-      case Betas::NearZero:
-        b = 1e-6f + 1e-3f * uni(rng);
-        break;
-      case Betas::NearOne:
-        b = 1.0f - (1e-6f + 1e-3f * uni(rng));
-        break;
+      case Betas::Random: b = 1.0f / (1.0f + std::exp(-nrm(rng))); break;
+      case Betas::NearZero: b = 1e-6f + 1e-3f * uni(rng); break;
+      case Betas::NearOne: b = 1.0f - (1e-6f + 1e-3f * uni(rng)); break;
     }
   }
   in.state.resize(static_cast<std::size_t>(H) * K * V);

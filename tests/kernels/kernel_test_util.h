@@ -19,11 +19,11 @@ namespace k3test {
 // Tolerances (op -> bound), all relative to the sum of absolute terms of the exact dot product
 // (so they hold for cancelling sums too) unless stated.
 struct Tol {
-  static constexpr double kGemmBf16 = 1e-5;      ///< fp32 accumulation, K <= ~4096
+  static constexpr double kGemmBf16 = 1e-5;         ///< fp32 accumulation, K <= ~4096
   static constexpr double kGemmBf16DotBf16 = 4e-3;  ///< activations rounded to bf16: 2^-8 (+ fp32)
-  static constexpr double kMxfp4F32 = 1e-5;      ///< exact decode + fp32 FMA
-  static constexpr double kMxfp4Q8Int = 1e-5;    ///< int path vs fp64 of the same q·s (scales only)
-  static constexpr double kSituRel = 2e-6;       ///< |err| <= kSituRel·|ref| + kSituAbs
+  static constexpr double kMxfp4F32 = 1e-5;         ///< exact decode + fp32 FMA
+  static constexpr double kMxfp4Q8Int = 1e-5;       ///< int path vs fp64 of the same q·s (scales only)
+  static constexpr double kSituRel = 2e-6;          ///< |err| <= kSituRel·|ref| + kSituAbs
   static constexpr double kSituAbs = 1e-6;
 };
 

@@ -58,7 +58,8 @@ TEST(BatchInvariance, Mxfp4BothPathsTokenAloneEqualsTokenInBatch) {
       // exact f32 path
       std::vector<float> alone(33 * rows);
       for (int64_t t = 0; t < 33; ++t)
-        kt.gemm_mxfp4_f32(packed.data(), scale.data(), K, x.data() + t * K, K, 1, alone.data() + t * rows, rows, 0, rows);
+        kt.gemm_mxfp4_f32(packed.data(), scale.data(), K, x.data() + t * K, K, 1, alone.data() + t * rows, rows, 0,
+                          rows);
       for (int64_t T : Ts) {
         std::vector<float> y(T * rows);
         kt.gemm_mxfp4_f32(packed.data(), scale.data(), K, x.data(), K, T, y.data(), rows, 0, rows);

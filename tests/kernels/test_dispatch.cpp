@@ -18,8 +18,7 @@ TEST(Dispatch, NamesAndEnvOverride) {
   const auto& isas = k3test::isas_under_test();
   ASSERT_FALSE(isas.empty());
   EXPECT_EQ(isas.front(), k3::Isa::Scalar);
-  for (k3::Isa i : {k3::Isa::Scalar, k3::Isa::Avx2, k3::Isa::Avx512})
-    EXPECT_EQ(k3::isa_from_name(k3::isa_name(i)), i);
+  for (k3::Isa i : {k3::Isa::Scalar, k3::Isa::Avx2, k3::Isa::Avx512}) EXPECT_EQ(k3::isa_from_name(k3::isa_name(i)), i);
   EXPECT_THROW(k3::isa_from_name("sse9"), k3::Error);
   EXPECT_EQ(k3::select_isa(std::string_view()), isas.back());
   EXPECT_EQ(k3::select_isa(""), isas.back());
@@ -83,9 +82,10 @@ TEST(Threads, ParallelForCoversRangeOnceAndRethrows) {
       });
       for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1);
     }
-    EXPECT_THROW(k3::parallel_for(100, 1, [](int64_t b, int64_t) {
-                   if (b == 0) throw std::runtime_error("x");
-                 }),
+    EXPECT_THROW(k3::parallel_for(100, 1,
+                                  [](int64_t b, int64_t) {
+                                    if (b == 0) throw std::runtime_error("x");
+                                  }),
                  std::runtime_error);
   }
   k3::set_num_threads(saved);

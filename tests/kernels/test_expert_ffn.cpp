@@ -79,8 +79,7 @@ TEST(ExpertFfn, NanScaleInAnyMatrixIsReported) {
             k3::mxfp4_glu_ffn(w1.m(), w3.m(), w2.m(), z.data(), T, act, y.data(), path, "e");
             ADD_FAILURE() << "no error for a NaN scale in " << names[which] << " T=" << T << " b2=" << b2;
           } catch (const k3::Error& e) {
-            EXPECT_NE(std::string(e.what()).find(std::string("'") + names[which] + "'"), std::string::npos)
-                << e.what();
+            EXPECT_NE(std::string(e.what()).find(std::string("'") + names[which] + "'"), std::string::npos) << e.what();
             EXPECT_NE(std::string(e.what()).find("row 1, block 1"), std::string::npos) << e.what();
           }
         }

@@ -12,8 +12,8 @@
 
 // The AVX2 gemm_bf16's row-dot kernel on its own (src/kernels/avx2/gemm_bf16.cpp; AVX2 CPUs only).
 namespace k3::avx2 {
-void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
-                      int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t, float* y,
+                      int64_t ldy, int64_t r0, int64_t r1);
 }  // namespace k3::avx2
 
 namespace {
@@ -31,9 +31,8 @@ k3::TensorView view_bf16(const std::vector<uint16_t>& w, int64_t rows, int64_t c
 }
 
 // |y - ref| <= tol · Σ_k |w_k x_k| per output.
-void expect_close_gemm(const std::vector<uint16_t>& w, const std::vector<float>& x, int64_t rows,
-                       int64_t cols, int64_t t, const std::vector<float>& y, const char* what,
-                       double tol = Tol::kGemmBf16) {
+void expect_close_gemm(const std::vector<uint16_t>& w, const std::vector<float>& x, int64_t rows, int64_t cols,
+                       int64_t t, const std::vector<float>& y, const char* what, double tol = Tol::kGemmBf16) {
   std::vector<float> ref(static_cast<size_t>(t * rows));
   k3::ref::matmul(view_bf16(w, rows, cols), x.data(), t, ref.data());
   for (int64_t j = 0; j < t; ++j)
@@ -42,16 +41,16 @@ void expect_close_gemm(const std::vector<uint16_t>& w, const std::vector<float>&
       for (int64_t c = 0; c < cols; ++c)
         mag += std::fabs(k3::bf16_to_f32(w[r * cols + c]) * static_cast<double>(x[j * cols + c]));
       const double err = std::fabs(y[j * rows + r] - ref[j * rows + r]);
-      ASSERT_LE(err, tol * mag + 1e-30)
-          << what << " rows=" << rows << " cols=" << cols << " T=" << t << " at t=" << j << " r=" << r;
+      ASSERT_LE(err, tol * mag + 1e-30) << what << " rows=" << rows << " cols=" << cols << " T=" << t << " at t=" << j
+                                        << " r=" << r;
     }
 }
 
 TEST(GemmBf16, EveryIsaMatchesOracleOnAwkwardShapes) {
   std::mt19937 g(1);
-  const int64_t shapes[][3] = {  // rows, cols, tokens
-      {1, 1, 1},   {5, 7, 1},   {37, 33, 1},  {13, 250, 2},  {9, 1003, 3}, {6, 1100, 5},
-      {17, 129, 7}, {3, 2049, 4}, {11, 40, 50}, {4, 16, 1},   {8, 8, 6},    {2, 0, 3}};
+  const int64_t shapes[][3] = {// rows, cols, tokens
+                               {1, 1, 1},    {5, 7, 1},    {37, 33, 1},  {13, 250, 2}, {9, 1003, 3}, {6, 1100, 5},
+                               {17, 129, 7}, {3, 2049, 4}, {11, 40, 50}, {4, 16, 1},   {8, 8, 6},    {2, 0, 3}};
   for (k3::Isa isa : isas_under_test()) {
     const k3::KernelTable& kt = k3::kernels_for(isa);
     for (auto& s : shapes) {
@@ -79,7 +78,7 @@ TEST(GemmBf16, PrefillPathsEdgeCases) {
   std::mt19937 g(3);
   const int64_t ks[] = {0, 1, 7, 8, 9, 127, 128, 129, 1000, 1023, 1024, 1025, 2100};
   const int64_t ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 16, 17, 47, 48, 49, 255};
-  const int64_t rows = 37, pad = 5;  // 37 = 2 x 16 + 5
+  const int64_t rows = 37, pad = 5;           // 37 = 2 x 16 + 5
   const int64_t splits[] = {0, 3, 21, rows};  // [0,3) [3,21) [21,37): none on a 16-row boundary
   const float sentinel = -999.f;
   for (k3::Isa isa : isas_under_test()) {
@@ -98,9 +97,8 @@ TEST(GemmBf16, PrefillPathsEdgeCases) {
           kt.gemm_bf16(ws.data(), ldw, k, x.data(), k, t, y.data(), rows, splits[s], splits[s + 1]);
           for (int64_t j = 0; j < t; ++j)
             for (int64_t r = splits[s + 1]; r < rows; ++r)
-              ASSERT_EQ(y[j * rows + r], sentinel)
-                  << kt.isa_name << " K=" << k << " T=" << t << " wrote row " << r << " outside ["
-                  << splits[s] << ", " << splits[s + 1] << ")";
+              ASSERT_EQ(y[j * rows + r], sentinel) << kt.isa_name << " K=" << k << " T=" << t << " wrote row " << r
+                                                   << " outside [" << splits[s] << ", " << splits[s + 1] << ")";
         }
         const double tol = Tol::kGemmBf16;
         const std::string what = std::string(kt.isa_name) + " K=" + std::to_string(k) + " T=" + std::to_string(t);
@@ -135,8 +133,7 @@ TEST(GemmBf16, StridedRowsAndOpsThreadsAreDeterministic) {
   k3::matmul_bf16_raw(w.data(), rows, cols, ldw, x.data(), t, y2.data());
   k3::set_num_threads(saved);
   EXPECT_EQ(y1, y2);  // each row is computed by one thread with the same code: bitwise equal
-  expect_close_gemm(packed, x, rows, cols, t, y1, "ops",
-                    Tol::kGemmBf16);
+  expect_close_gemm(packed, x, rows, cols, t, y1, "ops", Tol::kGemmBf16);
 }
 
 TEST(GemmBf16, OpsRejectBadWeights) {

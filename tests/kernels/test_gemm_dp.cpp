@@ -42,8 +42,8 @@ std::vector<uint16_t> to_bf16_padded(const std::vector<float>& x, int64_t t, int
   return xb;
 }
 
-float mxfp4_value(const std::vector<uint8_t>& packed, const std::vector<uint8_t>& scale, int64_t k,
-                  int64_t r, int64_t i) {
+float mxfp4_value(const std::vector<uint8_t>& packed, const std::vector<uint8_t>& scale, int64_t k, int64_t r,
+                  int64_t i) {
   const uint8_t byte = packed[static_cast<size_t>(r * (k / 2) + i / 2)];
   const int nib = (i & 1) ? byte >> 4 : byte & 15;
   const int e = scale[static_cast<size_t>(r * (k / 32) + i / 32)];
@@ -52,9 +52,8 @@ float mxfp4_value(const std::vector<uint8_t>& packed, const std::vector<uint8_t>
 
 TEST(GemmDp, Bf16EveryIsaBitwiseEqualsPairChain) {
   std::mt19937 g(7);
-  const int64_t shapes[][3] = {{1, 1, 1},   {5, 7, 1},    {37, 33, 1},  {13, 250, 2}, {9, 1003, 3},
-                               {33, 300, 13}, {3, 2049, 4}, {70, 40, 50}, {31, 64, 12}, {2, 0, 3},
-                               {64, 513, 145}};
+  const int64_t shapes[][3] = {{1, 1, 1},    {5, 7, 1},    {37, 33, 1},  {13, 250, 2}, {9, 1003, 3},  {33, 300, 13},
+                               {3, 2049, 4}, {70, 40, 50}, {31, 64, 12}, {2, 0, 3},    {64, 513, 145}};
   for (auto& s : shapes) {
     const int64_t rows = s[0], k = s[1], t = s[2];
     const auto w = rand_bf16(g, static_cast<size_t>(rows * k));
@@ -70,17 +69,16 @@ TEST(GemmDp, Bf16EveryIsaBitwiseEqualsPairChain) {
       std::vector<float> y(static_cast<size_t>(t * rows), -7.f);
       k3::kernels_for(isa).gemm_bf16_dp(w.data(), k, k, xb.data(), ld, t, y.data(), rows, 0, rows);
       for (size_t i = 0; i < y.size(); ++i)
-        ASSERT_EQ(std::memcmp(&y[i], &ref[i], 4), 0)
-            << k3::isa_name(isa) << " rows=" << rows << " K=" << k << " T=" << t << " at " << i << ": "
-            << y[i] << " vs " << ref[i];
+        ASSERT_EQ(std::memcmp(&y[i], &ref[i], 4), 0) << k3::isa_name(isa) << " rows=" << rows << " K=" << k
+                                                     << " T=" << t << " at " << i << ": " << y[i] << " vs " << ref[i];
     }
   }
 }
 
 TEST(GemmDp, Mxfp4EveryIsaBitwiseEqualsPairChain) {
   std::mt19937 g(8);
-  const int64_t shapes[][3] = {{1, 32, 1}, {5, 64, 1}, {37, 96, 3}, {33, 320, 13}, {70, 1024, 17},
-                               {16, 3584, 2}, {40, 288, 145}};
+  const int64_t shapes[][3] = {{1, 32, 1},     {5, 64, 1},    {37, 96, 3},   {33, 320, 13},
+                               {70, 1024, 17}, {16, 3584, 2}, {40, 288, 145}};
   for (auto& s : shapes) {
     const int64_t rows = s[0], k = s[1], t = s[2];
     const auto packed = rand_u8(g, static_cast<size_t>(rows * k / 2));
@@ -95,12 +93,10 @@ TEST(GemmDp, Mxfp4EveryIsaBitwiseEqualsPairChain) {
     }
     for (k3::Isa isa : isas_under_test()) {
       std::vector<float> y(static_cast<size_t>(t * rows), -7.f);
-      k3::kernels_for(isa).gemm_mxfp4_dp(packed.data(), scale.data(), k, xb.data(), k, t, y.data(), rows,
-                                         0, rows);
+      k3::kernels_for(isa).gemm_mxfp4_dp(packed.data(), scale.data(), k, xb.data(), k, t, y.data(), rows, 0, rows);
       for (size_t i = 0; i < y.size(); ++i)
-        ASSERT_EQ(std::memcmp(&y[i], &ref[i], 4), 0)
-            << k3::isa_name(isa) << " rows=" << rows << " K=" << k << " T=" << t << " at " << i << ": "
-            << y[i] << " vs " << ref[i];
+        ASSERT_EQ(std::memcmp(&y[i], &ref[i], 4), 0) << k3::isa_name(isa) << " rows=" << rows << " K=" << k
+                                                     << " T=" << t << " at " << i << ": " << y[i] << " vs " << ref[i];
     }
   }
 }
@@ -119,10 +115,8 @@ TEST(GemmDp, BatchAndRowSplitInvariant) {
     const k3::KernelTable& kt = k3::kernels_for(isa);
     for (int which = 0; which < 2; ++which) {
       auto run = [&](const uint16_t* xp, int64_t tt, float* y, int64_t r0, int64_t r1) {
-        if (which == 0)
-          kt.gemm_bf16_dp(w.data(), k, k, xp, ld, tt, y, rows, r0, r1);
-        else
-          kt.gemm_mxfp4_dp(packed.data(), scale.data(), k, xp, ld, tt, y, rows, r0, r1);
+        if (which == 0) kt.gemm_bf16_dp(w.data(), k, k, xp, ld, tt, y, rows, r0, r1);
+        else kt.gemm_mxfp4_dp(packed.data(), scale.data(), k, xp, ld, tt, y, rows, r0, r1);
       };
       std::vector<float> all(static_cast<size_t>(t * rows)), split(all.size());
       run(xb.data(), t, all.data(), 0, rows);
@@ -168,10 +162,10 @@ TEST(Mxfp8, EncodesTheSpecRule) {
   // block max 3.0: floor(log2 3) = 1, shared_exp = -7, X = 2^-7; 3.0 / X = 384 (E4M3 exact)
   std::vector<float> x(32, 0.f);
   x[0] = 3.f;
-  x[1] = 1.f / 3.f;      // 42.67 / 2^7 grid: 1/3·128 = 42.67 -> E4M3 step 4 at [32, 64): 44 -> 0.34375
-  x[2] = -0.0041f;       // ·128 = -0.5248: [0.5, 1) step 1/16 -> -0.5 -> -0.00390625
-  x[3] = 1e-5f;          // ·128 = 0.00128: subnormal step 2^-9 -> 0.001953125 (RNE of 0.655) -> 2^-9·1
-  x[4] = 2.9f;           // 371.2 -> [256, 512) step 32 -> 384 -> 3.0
+  x[1] = 1.f / 3.f;  // 42.67 / 2^7 grid: 1/3·128 = 42.67 -> E4M3 step 4 at [32, 64): 44 -> 0.34375
+  x[2] = -0.0041f;   // ·128 = -0.5248: [0.5, 1) step 1/16 -> -0.5 -> -0.00390625
+  x[3] = 1e-5f;      // ·128 = 0.00128: subnormal step 2^-9 -> 0.001953125 (RNE of 0.655) -> 2^-9·1
+  x[4] = 2.9f;       // 371.2 -> [256, 512) step 32 -> 384 -> 3.0
   std::vector<uint16_t> q(32);
   k3::quantize_mxfp8_bf16(x.data(), 32, q.data());
   EXPECT_EQ(k3::bf16_to_f32(q[0]), 3.f);

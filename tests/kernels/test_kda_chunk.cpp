@@ -30,15 +30,15 @@ struct Result {
 
 Result run_chunk(Isa isa, const Inputs& in, int chunk = 64) {
   Result r{std::vector<float>(in.v.size()), in.state};
-  kda_chunk(isa, in.T, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-            in.beta.data(), r.state.data(), r.out.data(), chunk);
+  kda_chunk(isa, in.T, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+            r.state.data(), r.out.data(), chunk);
   return r;
 }
 
 Result run_recurrent(const Inputs& in) {
   Result r{std::vector<float>(in.v.size()), in.state};
-  kda_recurrent(in.T, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                in.beta.data(), r.state.data(), r.out.data());
+  kda_recurrent(in.T, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                r.state.data(), r.out.data());
   return r;
 }
 
@@ -57,15 +57,15 @@ Errors check_against_oracles(const Inputs& in, int chunk, const char* label) {
     const Result c = run_chunk(isa, in, chunk);
     const Errors e{kda_test::max_rel(c.out, r.out), kda_test::max_rel(c.state, r.state),
                    kda_test::max_rel(c.out, out64), kda_test::max_rel(c.state, st64)};
-    const std::string where = std::string(label) + " isa=" + isa_name(isa) +
-                              " T=" + std::to_string(in.T) + " chunk=" + std::to_string(chunk);
+    const std::string where =
+        std::string(label) + " isa=" + isa_name(isa) + " T=" + std::to_string(in.T) + " chunk=" + std::to_string(chunk);
     EXPECT_TRUE(kda_test::all_finite(c.out) && kda_test::all_finite(c.state)) << where;
     EXPECT_LE(e.out32, 1e-5) << where;
     EXPECT_LE(e.state32, 1e-5) << where;
     EXPECT_LE(e.out64, 5e-6) << where;
     EXPECT_LE(e.state64, 5e-6) << where;
-    worst = {std::max(worst.out32, e.out32), std::max(worst.state32, e.state32),
-             std::max(worst.out64, e.out64), std::max(worst.state64, e.state64)};
+    worst = {std::max(worst.out32, e.out32), std::max(worst.state32, e.state32), std::max(worst.out64, e.out64),
+             std::max(worst.state64, e.state64)};
   }
   return worst;
 }
@@ -132,19 +132,16 @@ TEST(KdaChunk, MinusInfinityGatesAreExactResets) {
 
 // Replaces q, k, v, g, beta at positions >= P with unrelated values.
 Inputs perturb_from(const Inputs& in, int P, uint32_t seed) {
-  const Inputs other =
-      kda_test::make_inputs(in.T, in.H, in.K, in.V, Gates::AllMin, Betas::NearOne, seed);
+  const Inputs other = kda_test::make_inputs(in.T, in.H, in.K, in.V, Gates::AllMin, Betas::NearOne, seed);
   Inputs p = in;
-  const std::size_t hk = static_cast<std::size_t>(in.H) * in.K,
-                    hv = static_cast<std::size_t>(in.H) * in.V;
+  const std::size_t hk = static_cast<std::size_t>(in.H) * in.K, hv = static_cast<std::size_t>(in.H) * in.V;
   for (std::size_t i = P * hk; i < p.q.size(); ++i) {
     p.q[i] = other.q[i];
     p.k[i] = other.k[i];
     p.g[i] = other.g[i];
   }
   for (std::size_t i = P * hv; i < p.v.size(); ++i) p.v[i] = other.v[i];
-  for (std::size_t i = static_cast<std::size_t>(P) * in.H; i < p.beta.size(); ++i)
-    p.beta[i] = other.beta[i];
+  for (std::size_t i = static_cast<std::size_t>(P) * in.H; i < p.beta.size(); ++i) p.beta[i] = other.beta[i];
   return p;
 }
 
@@ -185,8 +182,7 @@ TEST(KdaChunk, ShorterCallGivesBitIdenticalPrefix) {
     const Result full = run_chunk(isa, in);
     for (int P : {1, 2, 3, 4, 5, 15, 16, 17, 40, 63, 64, 65, 130, 199}) {
       const Result part = run_chunk(isa, prefix_of(in, P));
-      EXPECT_EQ(0, std::memcmp(full.out.data(), part.out.data(), part.out.size() * sizeof(float)))
-          << "P=" << P;
+      EXPECT_EQ(0, std::memcmp(full.out.data(), part.out.data(), part.out.size() * sizeof(float))) << "P=" << P;
     }
   }
 }
@@ -194,13 +190,11 @@ TEST(KdaChunk, ShorterCallGivesBitIdenticalPrefix) {
 // prefill(0..P) -> state -> prefill(P..T) vs one pass.
 Result run_split(Isa isa, const Inputs& in, int P) {
   Result r{std::vector<float>(in.v.size()), in.state};
-  const std::size_t hk = static_cast<std::size_t>(in.H) * in.K,
-                    hv = static_cast<std::size_t>(in.H) * in.V;
-  kda_chunk(isa, P, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-            in.beta.data(), r.state.data(), r.out.data());
-  kda_chunk(isa, in.T - P, in.H, in.K, in.V, in.q.data() + P * hk, in.k.data() + P * hk,
-            in.v.data() + P * hv, in.g.data() + P * hk,
-            in.beta.data() + static_cast<std::size_t>(P) * in.H, r.state.data(),
+  const std::size_t hk = static_cast<std::size_t>(in.H) * in.K, hv = static_cast<std::size_t>(in.H) * in.V;
+  kda_chunk(isa, P, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+            r.state.data(), r.out.data());
+  kda_chunk(isa, in.T - P, in.H, in.K, in.V, in.q.data() + P * hk, in.k.data() + P * hk, in.v.data() + P * hv,
+            in.g.data() + P * hk, in.beta.data() + static_cast<std::size_t>(P) * in.H, r.state.data(),
             r.out.data() + P * hv);
   return r;
 }
@@ -212,11 +206,8 @@ TEST(KdaChunk, SplitAtChunkMultipleIsBitIdentical) {
     const Result one = run_chunk(isa, in);
     for (int P : {0, 64, 128, 256, 300}) {
       const Result two = run_split(isa, in, P);
-      EXPECT_EQ(0,
-                std::memcmp(one.state.data(), two.state.data(), one.state.size() * sizeof(float)))
-          << "P=" << P;
-      EXPECT_EQ(0, std::memcmp(one.out.data(), two.out.data(), one.out.size() * sizeof(float)))
-          << "P=" << P;
+      EXPECT_EQ(0, std::memcmp(one.state.data(), two.state.data(), one.state.size() * sizeof(float))) << "P=" << P;
+      EXPECT_EQ(0, std::memcmp(one.out.data(), two.out.data(), one.out.size() * sizeof(float))) << "P=" << P;
     }
   }
 }
@@ -250,9 +241,8 @@ TEST(KdaChunk, SlicedCallsMatchRecurrence) {
     Result r{std::vector<float>(in.v.size()), in.state};
     for (int t0 = 0; t0 < in.T; t0 += slice) {
       const int n = std::min(slice, in.T - t0);
-      kda_chunk(n, in.H, in.K, in.V, in.q.data() + t0 * hk, in.k.data() + t0 * hk,
-                in.v.data() + t0 * hv, in.g.data() + t0 * hk,
-                in.beta.data() + static_cast<std::size_t>(t0) * in.H, r.state.data(),
+      kda_chunk(n, in.H, in.K, in.V, in.q.data() + t0 * hk, in.k.data() + t0 * hk, in.v.data() + t0 * hv,
+                in.g.data() + t0 * hk, in.beta.data() + static_cast<std::size_t>(t0) * in.H, r.state.data(),
                 r.out.data() + t0 * hv);
     }
     EXPECT_LE(kda_test::max_rel(r.out, ref.out), 1e-5) << "slice=" << slice;
@@ -264,12 +254,8 @@ TEST(KdaChunk, ZeroTokensAndBadSizes) {
   std::vector<float> state(4 * 4, 2.0f);
   kda_chunk(0, 1, 4, 4, nullptr, nullptr, nullptr, nullptr, nullptr, state.data(), nullptr);
   for (float s : state) EXPECT_EQ(s, 2.0f);
-  EXPECT_THROW(
-      kda_chunk(1, 1, 4, 4, nullptr, nullptr, nullptr, nullptr, nullptr, state.data(), nullptr, 0),
-      Error);
-  EXPECT_THROW(
-      kda_chunk(1, 1, 0, 4, nullptr, nullptr, nullptr, nullptr, nullptr, state.data(), nullptr),
-      Error);
+  EXPECT_THROW(kda_chunk(1, 1, 4, 4, nullptr, nullptr, nullptr, nullptr, nullptr, state.data(), nullptr, 0), Error);
+  EXPECT_THROW(kda_chunk(1, 1, 0, 4, nullptr, nullptr, nullptr, nullptr, nullptr, state.data(), nullptr), Error);
   if (!isa_supported(Isa::Avx512)) {
     const auto in = kda_test::make_inputs(3, 1, 8, 8, Gates::Uniform, Betas::Random, 3);
     EXPECT_THROW(run_chunk(Isa::Avx512, in), Error);

@@ -21,15 +21,12 @@ using kda_test::Betas;
 using kda_test::Gates;
 
 // Runs T decode steps token by token; returns outputs [T,H,V]; state updated in place.
-std::vector<float> run_decode(Isa isa, const kda_test::Inputs& in, int t0,
-                              std::vector<float>& state) {
-  const std::size_t hk = static_cast<std::size_t>(in.H) * in.K,
-                    hv = static_cast<std::size_t>(in.H) * in.V;
+std::vector<float> run_decode(Isa isa, const kda_test::Inputs& in, int t0, std::vector<float>& state) {
+  const std::size_t hk = static_cast<std::size_t>(in.H) * in.K, hv = static_cast<std::size_t>(in.H) * in.V;
   std::vector<float> out(static_cast<std::size_t>(in.T - t0) * hv);
   for (int t = t0; t < in.T; ++t)
-    kda_decode_step(isa, in.H, in.K, in.V, &in.q[t * hk], &in.k[t * hk], &in.v[t * hv],
-                    &in.g[t * hk], &in.beta[static_cast<std::size_t>(t) * in.H], state.data(),
-                    &out[(t - t0) * hv]);
+    kda_decode_step(isa, in.H, in.K, in.V, &in.q[t * hk], &in.k[t * hk], &in.v[t * hv], &in.g[t * hk],
+                    &in.beta[static_cast<std::size_t>(t) * in.H], state.data(), &out[(t - t0) * hv]);
   return out;
 }
 
@@ -48,14 +45,14 @@ TEST(KdaDecode, StepsMatchRecurrence) {
   for (const Shape& s : shapes) {
     const auto in = kda_test::make_inputs(s.T, s.H, s.K, s.V, s.gates, s.betas, seed++);
     std::vector<float> st_ref = in.state, out_ref(in.v.size());
-    kda_recurrent(in.T, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                  in.beta.data(), st_ref.data(), out_ref.data());
+    kda_recurrent(in.T, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                  st_ref.data(), out_ref.data());
     for (Isa isa : supported_isas()) {
       std::vector<float> st = in.state;
       const auto out = run_decode(isa, in, 0, st);
       const double eo = kda_test::max_rel(out, out_ref), es = kda_test::max_rel(st, st_ref);
-      std::printf("kda_decode[%s] vs recurrent T=%d H=%d K=%d V=%d: out %.3g state %.3g\n",
-                  isa_name(isa), s.T, s.H, s.K, s.V, eo, es);
+      std::printf("kda_decode[%s] vs recurrent T=%d H=%d K=%d V=%d: out %.3g state %.3g\n", isa_name(isa), s.T, s.H,
+                  s.K, s.V, eo, es);
       EXPECT_LE(eo, 1e-6) << isa_name(isa);
       EXPECT_LE(es, 1e-6) << isa_name(isa);
     }
@@ -65,12 +62,12 @@ TEST(KdaDecode, StepsMatchRecurrence) {
 TEST(KdaDecode, ChunkedPrefillThenDecodeMatchesRecurrence) {
   const auto in = kda_test::make_inputs(100, 2, 128, 128, Gates::Uniform, Betas::Random, 41);
   std::vector<float> st_ref = in.state, out_ref(in.v.size());
-  kda_recurrent(in.T, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                in.beta.data(), st_ref.data(), out_ref.data());
+  kda_recurrent(in.T, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                st_ref.data(), out_ref.data());
   const int P = 93;  // prefill 93 tokens (one full chunk + 29), then 7 decode steps
   std::vector<float> st = in.state, out(in.v.size());
-  kda_chunk(P, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
-            st.data(), out.data());
+  kda_chunk(P, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), st.data(),
+            out.data());
   const auto tail = run_decode(active_isa(), in, P, st);
   std::copy(tail.begin(), tail.end(), out.begin() + static_cast<std::ptrdiff_t>(P) * in.H * in.V);
   EXPECT_LE(kda_test::max_rel(out, out_ref), 1e-5);

@@ -30,13 +30,13 @@ TEST(KdaRecurrent, MatchesFp64Recurrence) {
   for (const Case& c : cases) {
     const auto in = kda_test::make_inputs(300, 2, 128, 128, c.gates, c.betas, seed++);
     std::vector<float> state = in.state, out(in.v.size());
-    kda_recurrent(in.T, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                  in.beta.data(), state.data(), out.data());
+    kda_recurrent(in.T, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                  state.data(), out.data());
     std::vector<double> state64(in.state.begin(), in.state.end()), out64;
     kda_test::recurrent_f64(in, state64, out64);
     const double eo = kda_test::max_rel(out, out64), es = kda_test::max_rel(state, state64);
-    std::printf("kda_recurrent vs f64 gates=%d betas=%d: out %.3g state %.3g\n",
-                static_cast<int>(c.gates), static_cast<int>(c.betas), eo, es);
+    std::printf("kda_recurrent vs f64 gates=%d betas=%d: out %.3g state %.3g\n", static_cast<int>(c.gates),
+                static_cast<int>(c.betas), eo, es);
     EXPECT_LE(eo, 1e-5);
     EXPECT_LE(es, 1e-5);
   }
@@ -45,8 +45,8 @@ TEST(KdaRecurrent, MatchesFp64Recurrence) {
 TEST(KdaRecurrent, OddShapesMatchFp64) {
   const auto in = kda_test::make_inputs(33, 3, 37, 21, Gates::Uniform, Betas::Random, 7);
   std::vector<float> state = in.state, out(in.v.size());
-  kda_recurrent(in.T, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                in.beta.data(), state.data(), out.data());
+  kda_recurrent(in.T, in.H, in.K, in.V, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                state.data(), out.data());
   std::vector<double> state64(in.state.begin(), in.state.end()), out64;
   kda_test::recurrent_f64(in, state64, out64);
   EXPECT_LE(kda_test::max_rel(out, out64), 1e-5);
@@ -57,12 +57,8 @@ TEST(KdaRecurrent, ZeroTokensLeavesStateAndRejectsBadSizes) {
   std::vector<float> state(2 * 4 * 4, 1.5f);
   kda_recurrent(0, 2, 4, 4, nullptr, nullptr, nullptr, nullptr, nullptr, state.data(), nullptr);
   for (float s : state) EXPECT_EQ(s, 1.5f);
-  EXPECT_THROW(kda_recurrent(-1, 2, 4, 4, nullptr, nullptr, nullptr, nullptr, nullptr, state.data(),
-                             nullptr),
-               Error);
-  EXPECT_THROW(
-      kda_recurrent(1, 0, 4, 4, nullptr, nullptr, nullptr, nullptr, nullptr, state.data(), nullptr),
-      Error);
+  EXPECT_THROW(kda_recurrent(-1, 2, 4, 4, nullptr, nullptr, nullptr, nullptr, nullptr, state.data(), nullptr), Error);
+  EXPECT_THROW(kda_recurrent(1, 0, 4, 4, nullptr, nullptr, nullptr, nullptr, nullptr, state.data(), nullptr), Error);
 }
 
 }  // namespace

@@ -31,8 +31,7 @@ Mx rand_mx(std::mt19937& g, int64_t rows, int64_t cols, int emin = 118, int emax
 }
 
 // Oracle on the exact weights: y[t, r] = Σ_c w[r, c]·x[t, c] in fp64, and Σ|terms|.
-void oracle(const Mx& m, const std::vector<float>& x, int64_t t, std::vector<double>& y,
-            std::vector<double>& mag) {
+void oracle(const Mx& m, const std::vector<float>& x, int64_t t, std::vector<double>& y, std::vector<double>& mag) {
   y.assign(t * m.rows, 0);
   mag.assign(t * m.rows, 0);
   for (int64_t j = 0; j < t; ++j)
@@ -45,8 +44,8 @@ void oracle(const Mx& m, const std::vector<float>& x, int64_t t, std::vector<dou
 }
 
 const int64_t kShapes[][3] = {  // rows, cols, tokens (cols/32 odd and even; T over the 4-token block)
-    {1, 32, 1}, {3, 96, 1}, {17, 160, 1}, {5, 64, 2}, {7, 96, 3}, {4, 224, 4}, {9, 3584, 1},
-    {6, 288, 5}, {2, 32, 9}, {0, 32, 2}};
+    {1, 32, 1},  {3, 96, 1},   {17, 160, 1}, {5, 64, 2}, {7, 96, 3},
+    {4, 224, 4}, {9, 3584, 1}, {6, 288, 5},  {2, 32, 9}, {0, 32, 2}};
 
 TEST(Mxfp4, ExactF32PathEveryIsa) {
   std::mt19937 g(3);
@@ -57,8 +56,7 @@ TEST(Mxfp4, ExactF32PathEveryIsa) {
       const int64_t t = s[2];
       auto x = rand_f32(g, t * m.cols);
       std::vector<float> y(t * m.rows, -999.f);
-      kt.gemm_mxfp4_f32(m.packed.data(), m.scale.data(), m.cols, x.data(), m.cols, t, y.data(), m.rows,
-                        0, m.rows);
+      kt.gemm_mxfp4_f32(m.packed.data(), m.scale.data(), m.cols, x.data(), m.cols, t, y.data(), m.rows, 0, m.rows);
       std::vector<double> ref, mag;
       oracle(m, x, t, ref, mag);
       for (size_t i = 0; i < y.size(); ++i)
@@ -71,7 +69,7 @@ TEST(Mxfp4, ExactF32PathEveryIsa) {
 TEST(Mxfp4, QuantizeQ8IsBitIdenticalAcrossIsasAndInNibbleOrder) {
   std::mt19937 g(4);
   auto x = rand_f32(g, 32 * 7, -3.f, 3.f);
-  for (int i = 0; i < 32; ++i) x[64 + i] = 0.f;  // all-zero block: s = 0, q = 0
+  for (int i = 0; i < 32; ++i) x[64 + i] = 0.f;      // all-zero block: s = 0, q = 0
   x[100] = std::numeric_limits<float>::quiet_NaN();  // block 3 poisoned
   x[200] = std::numeric_limits<float>::infinity();   // block 6 poisoned
   std::vector<int8_t> q0(x.size());
@@ -114,10 +112,8 @@ TEST(Mxfp4, IntegerPathEveryIsa) {
         kt.quantize_q8(x.data() + j * m.cols, m.cols, q.data() + j * m.cols, qs.data() + j * nb);
       std::vector<float> y(t * m.rows, -999.f);
       const int64_t mid = m.rows / 2;
-      kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), m.cols, q.data(), qs.data(), t, y.data(),
-                       m.rows, 0, mid);
-      kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), m.cols, q.data(), qs.data(), t, y.data(),
-                       m.rows, mid, m.rows);
+      kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), m.cols, q.data(), qs.data(), t, y.data(), m.rows, 0, mid);
+      kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), m.cols, q.data(), qs.data(), t, y.data(), m.rows, mid, m.rows);
       std::vector<double> ref, mag;
       oracle(m, x, t, ref, mag);
       for (int64_t j = 0; j < t; ++j)
@@ -150,8 +146,7 @@ void quantize_tokens(const k3::KernelTable& kt, const std::vector<float>& x, int
   const int64_t nb = cols / 32;
   q.assign(t * cols, 0);
   qs.assign(t * nb, 0.f);
-  for (int64_t j = 0; j < t; ++j)
-    kt.quantize_q8(x.data() + j * cols, cols, q.data() + j * cols, qs.data() + j * nb);
+  for (int64_t j = 0; j < t; ++j) kt.quantize_q8(x.data() + j * cols, cols, q.data() + j * cols, qs.data() + j * nb);
 }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
@@ -180,15 +175,14 @@ TEST(Mxfp4, IntegerPathTokenBatchesTailsAndSplits) {
       std::vector<float> qs;
       quantize_tokens(scalar, x, t, c.cols, q, qs);
       std::vector<float> ys(t * c.rows);
-      scalar.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data(), qs.data(), t, ys.data(), c.rows,
-                           0, c.rows);
+      scalar.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data(), qs.data(), t, ys.data(), c.rows, 0,
+                           c.rows);
       for (k3::Isa isa : isas_under_test()) {
         const k3::KernelTable& kt = k3::kernels_for(isa);
         const std::string what = std::string(kt.isa_name) + " rows=" + std::to_string(c.rows) +
                                  " cols=" + std::to_string(c.cols) + " T=" + std::to_string(t);
         std::vector<float> y(t * c.rows, -999.f);
-        kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data(), qs.data(), t, y.data(), c.rows, 0,
-                         c.rows);
+        kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data(), qs.data(), t, y.data(), c.rows, 0, c.rows);
         // vs fp64 of the quantized activations (only the fp32 scale/accumulation rounding)
         for (int64_t j = 0; j < t; ++j)
           for (int64_t r = 0; r < c.rows; ++r) {
@@ -211,15 +205,16 @@ TEST(Mxfp4, IntegerPathTokenBatchesTailsAndSplits) {
           for (int64_t r1 : {r0 + 1, r0 + 3, r0 + 9, c.rows}) {
             if (r1 > c.rows || r1 <= r0) continue;
             std::vector<float> yp(t * c.rows, -777.f);
-            kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data(), qs.data(), t, yp.data(), c.rows,
-                             r0, r1);
+            kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data(), qs.data(), t, yp.data(), c.rows, r0,
+                             r1);
             for (int64_t j = 0; j < t; ++j)
               for (int64_t r = 0; r < c.rows; ++r) {
                 const float v = yp[j * c.rows + r];
                 if (r < r0 || r >= r1) {
                   ASSERT_EQ(v, -777.f) << what << " wrote row " << r << " outside [" << r0 << ", " << r1 << ")";
                 } else {
-                  ASSERT_TRUE(same_bits(v, y[j * c.rows + r])) << what << " split [" << r0 << ", " << r1 << ") row " << r;
+                  ASSERT_TRUE(same_bits(v, y[j * c.rows + r]))
+                      << what << " split [" << r0 << ", " << r1 << ") row " << r;
                 }
               }
           }
@@ -236,8 +231,8 @@ TEST(Mxfp4, IntegerPathTokenBatchesTailsAndSplits) {
           if (t > 2) {
             const int64_t j0 = 1, tn = t - 2;  // tokens [1, t-1) as their own batch
             std::vector<float> ysub(tn * c.rows);
-            kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data() + j0 * c.cols, qs.data() + j0 * nb,
-                             tn, ysub.data(), c.rows, 0, c.rows);
+            kt.gemm_mxfp4_q8(m.packed.data(), m.scale.data(), c.cols, q.data() + j0 * c.cols, qs.data() + j0 * nb, tn,
+                             ysub.data(), c.rows, 0, c.rows);
             for (int64_t i = 0; i < tn * c.rows; ++i)
               ASSERT_TRUE(same_bits(ysub[i], y[j0 * c.rows + i])) << what << " sub-batch i=" << i;
           }

@@ -90,9 +90,9 @@ TEST(OpsSameInput, BadCallsAreClearErrors) {
     EXPECT_NE(m.find("layers.1.k_proj.weight"), std::string::npos) << m;
     EXPECT_NE(m.find("layers.1.q_proj.weight"), std::string::npos) << m;
   }
-  EXPECT_THROW(k3::matmul_same_input(std::span<const k3::TensorView* const>(ws, 1), x.data(), 1,
-                                     std::span<float* const>(ys, 2)),
-               k3::Error);
+  EXPECT_THROW(
+      k3::matmul_same_input(std::span<const k3::TensorView* const>(ws, 1), x.data(), 1, std::span<float* const>(ys, 2)),
+      k3::Error);
 }
 
 }  // namespace

@@ -107,8 +107,10 @@ TEST(TrunkQuant, RowsMatchOracleOnEveryIsa) {
           for (int64_t t = 0; t < T; ++t)
             for (int64_t r = 0; r < rows; ++r) {
               double mag = 0;
-              for (int64_t j = 0; j < cols; ++j) mag += std::fabs(decoded(m, r, j) * x[static_cast<size_t>(t * cols + j)]);
-              EXPECT_NEAR(got[static_cast<size_t>(t * rows + r)], want[static_cast<size_t>(t * rows + r)], 1e-5 * mag + 1e-30);
+              for (int64_t j = 0; j < cols; ++j)
+                mag += std::fabs(decoded(m, r, j) * x[static_cast<size_t>(t * cols + j)]);
+              EXPECT_NEAR(got[static_cast<size_t>(t * rows + r)], want[static_cast<size_t>(t * rows + r)],
+                          1e-5 * mag + 1e-30);
             }
           // Token t alone gives the same bits as inside the batch.
           for (int64_t t = 0; t < T; ++t) {

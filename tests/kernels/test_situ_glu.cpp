@@ -20,8 +20,17 @@ TEST(SituGlu, EveryIsaMatchesOracle) {
     auto gv = rand_f32(g, n, -30.f, 30.f);
     auto uv = rand_f32(g, n, -80.f, 80.f);
     if (n > 20) {  // special values: tiny, around the polynomial switch, saturation
-      gv[0] = 1e-6f; uv[0] = -1e-6f; gv[1] = 2.5f; uv[1] = 15.6f; gv[2] = -100.f; uv[2] = 200.f;
-      gv[3] = 95.f; uv[3] = -1e4f; gv[4] = 0.f; gv[5] = -2.49f; uv[5] = 15.62f;
+      gv[0] = 1e-6f;
+      uv[0] = -1e-6f;
+      gv[1] = 2.5f;
+      uv[1] = 15.6f;
+      gv[2] = -100.f;
+      uv[2] = 200.f;
+      gv[3] = 95.f;
+      uv[3] = -1e4f;
+      gv[4] = 0.f;
+      gv[5] = -2.49f;
+      uv[5] = 15.62f;
     }
     for (float b2 : {25.f, 0.f}) {
       for (k3::Isa isa : isas_under_test()) {

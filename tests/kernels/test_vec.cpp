@@ -69,8 +69,8 @@ struct Worst {
   // results, so the printed number says how tight rel is)
   if (w && (rel == 0 || rel * std::fabs(ref) >= abs)) w->add(err, bound);
   if (err <= bound) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "got " << got << ", want " << ref << " (err " << err
-                                       << " > bound " << bound << ")";
+  return ::testing::AssertionFailure() << "got " << got << ", want " << ref << " (err " << err << " > bound " << bound
+                                       << ")";
 }
 
 double sigmoid64(double x) { return 1.0 / (1.0 + std::exp(-x)); }
@@ -88,8 +88,8 @@ std::vector<float> act_input(std::mt19937& g, int64_t n, float lo, float hi) {
 const float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 // Special inputs for the element-wise functions (n = 15: also exercises the padded tail).
-const std::vector<float> kSpecial = {0.f,  -0.f,  1e-8f, -1e-8f, 20.f,  -20.f,  88.f,    -88.f,
-                                     100.f, -100.f, kInf, -kInf,  kNaN, 88.7f, -87.3f};
+const std::vector<float> kSpecial = {0.f,   -0.f,   1e-8f, -1e-8f, 20.f, -20.f, 88.f,  -88.f,
+                                     100.f, -100.f, kInf,  -kInf,  kNaN, 88.7f, -87.3f};
 
 TEST(Vec, DotAndSumSq) {
   std::mt19937 g(1);
@@ -106,10 +106,8 @@ TEST(Vec, DotAndSumSq) {
         sa += std::fabs(static_cast<double>(a[i]) * b[i]);
         ss += static_cast<double>(a[i]) * a[i];
       }
-      EXPECT_TRUE(near(k.dot(a.data(), b.data(), n), d, 0, red_gamma(n) * sa, &wd))
-          << k3::isa_name(isa) << " n=" << n;
-      EXPECT_TRUE(near(k.sum_sq(a.data(), n), ss, 0, red_gamma(n) * ss, &ws))
-          << k3::isa_name(isa) << " n=" << n;
+      EXPECT_TRUE(near(k.dot(a.data(), b.data(), n), d, 0, red_gamma(n) * sa, &wd)) << k3::isa_name(isa) << " n=" << n;
+      EXPECT_TRUE(near(k.sum_sq(a.data(), n), ss, 0, red_gamma(n) * ss, &ws)) << k3::isa_name(isa) << " n=" << n;
     }
   }
 }
@@ -194,10 +192,10 @@ TEST(Vec, SpecialValuesExact) {
     const char* name = k3::isa_name(isa);
     EXPECT_EQ(s[0], 0.5f) << name;
     EXPECT_EQ(s[1], 0.5f) << name;
-    EXPECT_EQ(s[2], 1.f) << name;   // saturates exactly
-    EXPECT_EQ(s[3], 0.f) << name;   // (true value 3.7e-44 is below FLT_MIN: flushed)
-    EXPECT_EQ(s[4], 1.f) << name;   // σ(+inf) = 1
-    EXPECT_EQ(s[5], 0.f) << name;   // σ(−inf) = 0, not NaN
+    EXPECT_EQ(s[2], 1.f) << name;  // saturates exactly
+    EXPECT_EQ(s[3], 0.f) << name;  // (true value 3.7e-44 is below FLT_MIN: flushed)
+    EXPECT_EQ(s[4], 1.f) << name;  // σ(+inf) = 1
+    EXPECT_EQ(s[5], 0.f) << name;  // σ(−inf) = 0, not NaN
     EXPECT_TRUE(std::isnan(s[6])) << name;
     EXPECT_EQ(l[0], 0.f) << name;
     EXPECT_EQ(l[2], 100.f) << name;
@@ -205,7 +203,7 @@ TEST(Vec, SpecialValuesExact) {
     EXPECT_EQ(l[4], kInf) << name;  // SiLU(+inf) = +inf
     EXPECT_EQ(l[5], 0.f) << name;   // SiLU(−inf) = 0 (the limit), not NaN
     EXPECT_TRUE(std::isnan(l[6])) << name;
-    EXPECT_EQ(e[0], 1.f) << name;   // exp(±0) = 1 exactly
+    EXPECT_EQ(e[0], 1.f) << name;  // exp(±0) = 1 exactly
     EXPECT_EQ(e[1], 1.f) << name;
     EXPECT_EQ(e[2], kInf) << name;  // exp(100) overflows to +inf
     EXPECT_EQ(e[3], 0.f) << name;   // below ln(FLT_MIN): exactly 0
@@ -321,8 +319,7 @@ TEST(Vec, RmsnormAndL2norm) {
       k.l2norm(ya.data(), 1e-6f, s, ya.data(), n);
       k3::ref::l2norm(x.data(), n, 1e-6f, r.data());
       for (int64_t i = 0; i < n; ++i) {
-        ASSERT_TRUE(near(y[i], double(r[i]) * s, norm_rel(n), 0, &wl))
-            << k3::isa_name(isa) << " n=" << n << " i=" << i;
+        ASSERT_TRUE(near(y[i], double(r[i]) * s, norm_rel(n), 0, &wl)) << k3::isa_name(isa) << " n=" << n << " i=" << i;
         ASSERT_EQ(ya[i], y[i]) << k3::isa_name(isa) << " aliased n=" << n;
       }
     }
@@ -365,8 +362,7 @@ TEST(Vec, ShortConvSilu) {
               // fp32 sum of K products (<= K+1 roundings of <= Σ|p|), through |SiLU'| <= 1.1.
               const double abs = 1.1 * (K + 1) * kU * sa + kFlushAbs;
               ASSERT_TRUE(near(out[t * C + c], silu64(z), kSiluRel, abs, &w))
-                  << k3::isa_name(isa) << " K=" << K << " C=" << C << " T=" << T << " t=" << t
-                  << " c=" << c;
+                  << k3::isa_name(isa) << " K=" << K << " C=" << C << " T=" << T << " t=" << t << " c=" << c;
             }
         }
   }
@@ -402,8 +398,8 @@ TEST(Vec, GemmNN) {
                   sa += std::fabs(p);
                 }
                 ASSERT_TRUE(near(c[i * ldc + j], z, 0, (k + 2) * kU * sa, &w))
-                    << k3::isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " acc=" << acc
-                    << " i=" << i << " j=" << j;
+                    << k3::isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " acc=" << acc << " i=" << i
+                    << " j=" << j;
               }
           }
   }

@@ -64,7 +64,7 @@ void check_batch_equals_lone(const k3::Model& m) {
     for (int s = 0; s < 3; ++s) {
       if (lens[step][s] == 0) continue;
       toks[s] = ids_of(lens[step][s], V, ++seed);
-      const auto mode = (s + step) % 3 == 0 ? k3::BatchLogits::All
+      const auto mode = (s + step) % 3 == 0   ? k3::BatchLogits::All
                         : (s + step) % 3 == 1 ? k3::BatchLogits::Last
                                               : k3::BatchLogits::None;
       batch.push_back({&batched[s], toks[s], mode});
@@ -76,10 +76,8 @@ void check_batch_equals_lone(const k3::Model& m) {
       const int s = who[e];
       SCOPED_TRACE("sequence " + std::to_string(s));
       const auto alone = m.forward(lone[s], toks[s], batch[e].logits == k3::BatchLogits::All);
-      if (batch[e].logits == k3::BatchLogits::None)
-        EXPECT_TRUE(out[e].empty());
-      else
-        EXPECT_EQ(out[e], alone);  // bitwise
+      if (batch[e].logits == k3::BatchLogits::None) EXPECT_TRUE(out[e].empty());
+      else EXPECT_EQ(out[e], alone);  // bitwise
       expect_same_state(batched[s], lone[s]);
     }
   }

@@ -38,9 +38,20 @@ struct KdaFixture {
       fb{"fb", 32, 8, rng}, b{"b", 4, 24, rng}, g{"g", 32, 24, rng}, o{"o", 24, 32, rng};
   k3::KdaWeights w;
   KdaFixture() {
-    d.D = 24; d.H = 4; d.d = 8; d.K = 4; d.lower_bound = -5.f; d.rms_eps = 1e-5f;
-    w.q_proj = &q.view; w.k_proj = &k.view; w.v_proj = &v.view; w.f_a = &fa.view; w.f_b = &fb.view;
-    w.b_proj = &b.view; w.g_proj = &g.view; w.o_proj = &o.view;
+    d.D = 24;
+    d.H = 4;
+    d.d = 8;
+    d.K = 4;
+    d.lower_bound = -5.f;
+    d.rms_eps = 1e-5f;
+    w.q_proj = &q.view;
+    w.k_proj = &k.view;
+    w.v_proj = &v.view;
+    w.f_a = &fa.view;
+    w.f_b = &fb.view;
+    w.b_proj = &b.view;
+    w.g_proj = &g.view;
+    w.o_proj = &o.view;
     w.q_conv = k3test::randn(32 * 4, rng, 0.5f);
     w.k_conv = k3test::randn(32 * 4, rng, 0.5f);
     w.v_conv = k3test::randn(32 * 4, rng, 0.5f);
@@ -98,7 +109,8 @@ TEST(AttnRes, MixMatchesFormula) {
     const float* src[2] = {a.data() + t * D, b.data() + t * D};
     for (int j = 0; j < 2; ++j) {
       double ms = 0, dot = 0;
-      for (int i = 0; i < D; ++i) ms += src[j][i] * static_cast<double>(src[j][i]), dot += s[i] * static_cast<double>(src[j][i]);
+      for (int i = 0; i < D; ++i)
+        ms += src[j][i] * static_cast<double>(src[j][i]), dot += s[i] * static_cast<double>(src[j][i]);
       sc[j] = dot / std::sqrt(ms / D + 1e-5);
     }
     const double p0 = 1.0 / (1.0 + std::exp(sc[1] - sc[0]));
@@ -122,8 +134,7 @@ TEST(AttnRes, FastMixMatchesOracle) {
     std::vector<const float*> src;
     for (int j = 0; j < n; ++j) v.push_back(k3test::randn(T * D, rng, 0.1f + 2.f * j));
     for (auto& b : v) src.push_back(b.data());
-    std::vector<float> s = k3test::randn(D, rng, 1.f), o_ref(T * D), o_fast(T * D), w_ref(T * n),
-                       w_fast(T * n);
+    std::vector<float> s = k3test::randn(D, rng, 1.f), o_ref(T * D), o_fast(T * D), w_ref(T * n), w_fast(T * n);
     k3::attn_res_mix(src, T, D, s.data(), 1e-5f, o_ref.data(), w_ref.data());
     k3::attn_res_mix_fast(src, T, D, s.data(), 1e-5f, o_fast.data(), w_fast.data());
     // The mixing logits are fp32 dot products of D terms of size ~1 (logits ~sqrt(D)), whose
@@ -144,12 +155,12 @@ TEST(AttnRes, StreamBookkeeping) {
   std::vector<float> x0 = {1, 2, 3, 4}, a = {1, 1, 1, 1};
   k3::AttnResStream st(x0.data(), T, D, 1e-5f);
   EXPECT_TRUE(st.bank_empty());
-  st.snapshot();                 // bank = [x0], prefix = NONE
+  st.snapshot();  // bank = [x0], prefix = NONE
   EXPECT_EQ(st.n_sources(), 1);
-  st.add(a.data());              // prefix = a
+  st.add(a.data());  // prefix = a
   EXPECT_EQ(st.n_sources(), 2);
   EXPECT_EQ(st.prefix(), a);
-  st.add(a.data());              // prefix = 2a
+  st.add(a.data());  // prefix = 2a
   EXPECT_EQ(st.prefix(), (std::vector<float>{2, 2, 2, 2}));
   k3::AttnResWeights zero{std::vector<float>(D, 0.f)};  // zero scores → uniform mix
   std::vector<float> out(D), w(2);
@@ -167,8 +178,19 @@ struct MlaFixture {
       kvb{"kv_b", 3 * 14, 12, rng, 2.f}, g{"g", 18, 24, rng}, o{"o", 24, 18, rng};
   k3::MlaWeights w;
   MlaFixture() {
-    d.D = 24; d.H = 3; d.q_rank = 16; d.kv_rank = 12; d.dn = 8; d.dr = 4; d.dv = 6; d.norm_eps = 1e-6f;
-    w.q_a = &qa.view; w.q_b = &qb.view; w.kv_a = &kva.view; w.kv_b = &kvb.view; w.g_proj = &g.view;
+    d.D = 24;
+    d.H = 3;
+    d.q_rank = 16;
+    d.kv_rank = 12;
+    d.dn = 8;
+    d.dr = 4;
+    d.dv = 6;
+    d.norm_eps = 1e-6f;
+    w.q_a = &qa.view;
+    w.q_b = &qb.view;
+    w.kv_a = &kva.view;
+    w.kv_b = &kvb.view;
+    w.g_proj = &g.view;
     w.o_proj = &o.view;
     w.q_a_norm = k3test::randn(16, rng, 0.1f);
     w.kv_a_norm = k3test::randn(12, rng, 0.1f);
@@ -222,8 +244,9 @@ TEST(Mla, PrefillThenDecodeEqualsOnePass) {
   std::vector<float> x = k3test::randn(T * 24, f.rng), y1(T * 24), y2(T * 24);
   k3::MlaCache c1, c2;
   k3::mla_forward(f.w, f.d, x.data(), T, c1, y1.data());
-  k3::mla_forward(f.w, f.d, x.data(), P, c2, y2.data());                  // prefill (expanded)
-  for (int t = P; t < T; ++t) k3::mla_forward(f.w, f.d, x.data() + t * 24, 1, c2, y2.data() + t * 24);  // decode (absorbed)
+  k3::mla_forward(f.w, f.d, x.data(), P, c2, y2.data());  // prefill (expanded)
+  for (int t = P; t < T; ++t)
+    k3::mla_forward(f.w, f.d, x.data() + t * 24, 1, c2, y2.data() + t * 24);  // decode (absorbed)
   for (int t = 0; t < T; ++t) EXPECT_LE(k3test::rel_l2(y2.data() + t * 24, y1.data() + t * 24, 24), 1e-6);
   // The cache row is [RMSNorm(c) (kv_rank), raw k_r (dr)] — check k_r is the raw projection.
   std::vector<float> ckv(16);

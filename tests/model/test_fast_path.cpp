@@ -81,10 +81,8 @@ std::vector<fs::path> chunk_test_models() {
   std::vector<fs::path> dirs;
   for (const char* v : kVariants) dirs.push_back(k3test::tiny_checkpoint(v, 5));
   const fs::path mini = mini_dir();
-  if (fs::exists(mini / "config.json"))
-    dirs.push_back(mini);
-  else
-    std::printf("[chunked prefill] models/k3-mini absent: covering the 4 tiny checkpoints only\n");
+  if (fs::exists(mini / "config.json")) dirs.push_back(mini);
+  else std::printf("[chunked prefill] models/k3-mini absent: covering the 4 tiny checkpoints only\n");
   return dirs;
 }
 
@@ -107,8 +105,7 @@ TEST(FastPath, MatchesReferenceOnEveryVariant) {
     const auto lf = fast.forward(s1, ids, true);
     const auto lq = q8.forward(s2, ids, true);
     const double e_exact = max_row_rel(lf, lr, V), e_int8 = max_row_rel(lq, lr, V);
-    std::printf("[fast path] %-16s max per-position rel L2 vs ref: exact %.2e, int8 %.2e\n", variant,
-                e_exact, e_int8);
+    std::printf("[fast path] %-16s max per-position rel L2 vs ref: exact %.2e, int8 %.2e\n", variant, e_exact, e_int8);
     EXPECT_LE(e_exact, 1e-5);
     EXPECT_TRUE(std::isfinite(e_int8));
     // Greedy 32-token continuations: identical (exact path).
@@ -140,8 +137,8 @@ TEST(FastPath, ChunkedPrefillEqualsTokenByToken) {
       auto s = m.new_sequence();
       const auto l = m.forward(s, ids, true);
       const double e = max_row_rel(l, l1, V);
-      std::printf("[chunked prefill] %s chunk %3lld vs chunk 1: max rel L2 %.2e\n",
-                  dir.filename().c_str(), static_cast<long long>(chunk), e);
+      std::printf("[chunked prefill] %s chunk %3lld vs chunk 1: max rel L2 %.2e\n", dir.filename().c_str(),
+                  static_cast<long long>(chunk), e);
       EXPECT_LE(e, 1e-5);
       EXPECT_EQ(s.n_past(), T);
       EXPECT_EQ(greedy(m, ids, 8), g1);

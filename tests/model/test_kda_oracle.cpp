@@ -20,8 +20,14 @@ TEST(KdaOracle, MatchesFp64MatrixFormOverSeveralTokens) {
   k3test::OwnedBf16 q("q", C, D, rng, 2.f), k("k", C, D, rng, 2.f), v("v", C, D, rng), fa("fa", d, D, rng),
       fb("fb", C, d, rng), b("b", H, D, rng), g("g", C, D, rng), o("o", D, C, rng);
   k3::KdaWeights w;
-  w.q_proj = &q.view; w.k_proj = &k.view; w.v_proj = &v.view; w.f_a = &fa.view; w.f_b = &fb.view;
-  w.b_proj = &b.view; w.g_proj = &g.view; w.o_proj = &o.view;
+  w.q_proj = &q.view;
+  w.k_proj = &k.view;
+  w.v_proj = &v.view;
+  w.f_a = &fa.view;
+  w.f_b = &fb.view;
+  w.b_proj = &b.view;
+  w.g_proj = &g.view;
+  w.o_proj = &o.view;
   w.q_conv = k3test::randn(C * K, rng, 0.7f);
   w.k_conv = k3test::randn(C * K, rng, 0.7f);
   w.v_conv = k3test::randn(C * K, rng, 0.7f);
@@ -30,7 +36,12 @@ TEST(KdaOracle, MatchesFp64MatrixFormOverSeveralTokens) {
   w.o_norm = k3test::randn(d, rng, 0.2f);
   for (auto& x : w.o_norm) x += 1.f;
   k3::KdaDims dm;
-  dm.D = D; dm.H = H; dm.d = d; dm.K = K; dm.lower_bound = -5.f; dm.rms_eps = 1e-5f;
+  dm.D = D;
+  dm.H = H;
+  dm.d = d;
+  dm.K = K;
+  dm.lower_bound = -5.f;
+  dm.rms_eps = 1e-5f;
   std::vector<float> x = k3test::randn(T * D, rng), out(T * D);
   k3::KdaState st = k3::KdaState::zeros(dm);
   k3::kda_forward(w, dm, x.data(), T, st, out.data());
@@ -70,7 +81,8 @@ TEST(KdaOracle, MatchesFp64MatrixFormOverSeveralTokens) {
       for (int64_t i = 0; i < d; ++i) {
         qh[i] = qc[h * d + i] / std::sqrt(nq + 1e-6) / std::sqrt(static_cast<double>(d));
         kh[i] = kc[h * d + i] / std::sqrt(nk + 1e-6);
-        alpha[i] = std::exp(-5.0 * sig(std::exp(static_cast<double>(w.a_log[h])) * (z[h * d + i] + w.dt_bias[h * d + i])));
+        alpha[i] =
+            std::exp(-5.0 * sig(std::exp(static_cast<double>(w.a_log[h])) * (z[h * d + i] + w.dt_bias[h * d + i])));
       }
       const double beta = sig(bl[h]);
       // A = (I − β k kᵀ) Diag(α); S ← A S + β k vᵀ.

@@ -40,10 +40,8 @@ std::vector<int32_t> ids_of(int n, int vocab, int seed) {
   return v;
 }
 
-void expect_rows_close(const float* a, const float* b, int64_t rows, int64_t V, double tol,
-                       const std::string& what) {
-  for (int64_t r = 0; r < rows; ++r)
-    EXPECT_LE(k3test::rel_l2(a + r * V, b + r * V, V), tol) << what << " row " << r;
+void expect_rows_close(const float* a, const float* b, int64_t rows, int64_t V, double tol, const std::string& what) {
+  for (int64_t r = 0; r < rows; ++r) EXPECT_LE(k3test::rel_l2(a + r * V, b + r * V, V), tol) << what << " row " << r;
 }
 
 TEST(Model, PrefillThenDecodeEqualsOnePrefill) {

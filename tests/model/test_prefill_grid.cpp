@@ -48,7 +48,7 @@ TEST(PrefillGrid, ResumePointsLeaveALoneLastTokenOnlyOnTheChunkGrid) {
   const k3::PrefillGrid g(128);
   EXPECT_EQ(g.max_resume(0), 0);
   EXPECT_EQ(g.max_resume(1), 0);
-  EXPECT_EQ(g.max_resume(2), 0);     // n - 2
+  EXPECT_EQ(g.max_resume(2), 0);      // n - 2
   EXPECT_EQ(g.max_resume(129), 128);  // the lone 129th token starts a piece of the one-pass prefill
   EXPECT_EQ(g.max_resume(130), 128);
   EXPECT_EQ(g.max_resume(200), 198);

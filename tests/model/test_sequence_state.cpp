@@ -239,7 +239,8 @@ TEST(StateFile, MalformedFilesAreRefusedNamingTheFile) {
   expect_error("not a state", "bad magic \"not a st\", expected \"K3SEQST1\"");
   expect_error("K3", "bad magic (file shorter than 8 bytes)");
   // Another kind of k3 file, and the older prefix-block layout, are named.
-  expect_error("K3PCBLK2" + good.substr(8), "found \"K3PCBLK2\", a k3 prefix-cache block (format 2); expected \"K3SEQST1\"");
+  expect_error("K3PCBLK2" + good.substr(8),
+               "found \"K3PCBLK2\", a k3 prefix-cache block (format 2); expected \"K3SEQST1\"");
   expect_error("K3PCBLK1" + good.substr(8), "found \"K3PCBLK1\", a k3 prefix-cache block of format 1");
   // An older header version (CRC valid).
   expect_error(with_header(good, [](nlohmann::ordered_json& h) { h["version"] = 1; }),

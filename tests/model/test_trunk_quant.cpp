@@ -18,7 +18,8 @@
 
 namespace {
 
-std::vector<float> logits_of(const k3::Checkpoint& ck, std::optional<k3::QuantKind> q, const std::vector<int32_t>& ids) {
+std::vector<float> logits_of(const k3::Checkpoint& ck, std::optional<k3::QuantKind> q,
+                             const std::vector<int32_t>& ids) {
   k3::ModelOptions mo;
   mo.exec.kernels = k3::ModelKernels::Fast;
   mo.exec.mxfp4 = k3::Mxfp4Path::ExactF32;
@@ -81,8 +82,8 @@ TEST(TrunkQuant, EncodesTheTrunkOnly) {
   EXPECT_EQ(q8, bf16 / 2 + bf16 / 2 / 32 * 4);  // 1 byte + 4/32 per element
   EXPECT_NE(w.layers[1].kda.q_proj->quant, nullptr);
   EXPECT_NE(w.lm_head->quant, nullptr);
-  EXPECT_EQ(w.embed, embed);                      // kept: row lookups
-  EXPECT_EQ(w.layers[1].moe.router, router);      // kept: expert selection
+  EXPECT_EQ(w.embed, embed);                  // kept: row lookups
+  EXPECT_EQ(w.layers[1].moe.router, router);  // kept: expert selection
   if (kv_b) {
     for (const auto& L : w.layers)
       if (L.spec.attn == k3::AttnKind::MLA) EXPECT_EQ(L.mla.kv_b->quant, nullptr);

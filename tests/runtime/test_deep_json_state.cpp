@@ -81,8 +81,9 @@ TEST(DeepJsonState, F12StateFileWithDeepExtraIsAnErrorNamingFileAndKey) {
       (void)k3::SequenceState::load(file, m.config(), &meta);
       ADD_FAILURE() << "accepted depth " << depth;
     } catch (const k3::Error& e) {
-      EXPECT_EQ(std::string(e.what()), "sequence state '" + file.string() +
-                                           "': header: JSON nested deeper than 64 levels (in the value of key \"extra\")");
+      EXPECT_EQ(std::string(e.what()),
+                "sequence state '" + file.string() +
+                    "': header: JSON nested deeper than 64 levels (in the value of key \"extra\")");
     }
   }
   // save() refuses extra metadata the loader would refuse.

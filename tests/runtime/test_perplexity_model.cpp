@@ -46,7 +46,8 @@ double literal_ppl(const k3::Model& m, const std::vector<int32_t>& t, int64_t ct
 TEST(PerplexityModel, MatchesLiteralDefinition) {
   const auto& lm = k3test::tiny();
   const auto ids = text_ids(45);
-  for (auto [ctx, stride, batch] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 512}, {16, 8, 3}, {16, 5, 7}, {64, 32, 512}}) {
+  for (auto [ctx, stride, batch] :
+       {std::tuple<int64_t, int64_t, int64_t>{16, 8, 512}, {16, 8, 3}, {16, 5, 7}, {64, 32, 512}}) {
     k3::PerplexityOptions o;
     o.n_ctx = ctx;
     o.stride = stride;

@@ -58,7 +58,8 @@ TEST(PerplexityWindows, EveryTokenButTheFirstScoredOnce) {
         for (const auto& w : targets_by_window(n, ctx, stride))
           for (int64_t i : w) ++count[static_cast<std::size_t>(i)];
         EXPECT_EQ(count[0], 0);
-        for (int64_t i = 1; i < n; ++i) EXPECT_EQ(count[static_cast<std::size_t>(i)], 1) << n << " " << ctx << " " << stride;
+        for (int64_t i = 1; i < n; ++i)
+          EXPECT_EQ(count[static_cast<std::size_t>(i)], 1) << n << " " << ctx << " " << stride;
       }
 }
 

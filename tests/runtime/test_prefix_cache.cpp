@@ -72,9 +72,7 @@ std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) 
 }
 
 /// First difference between two states, or "" when bit-identical.
-std::string state_diff(const k3::SequenceState& a, const k3::SequenceState& b) {
-  return k3::state_difference(a, b);
-}
+std::string state_diff(const k3::SequenceState& a, const k3::SequenceState& b) { return k3::state_difference(a, b); }
 
 double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
@@ -183,11 +181,18 @@ TEST(PrefixCache, TenTurnChatEqualsRecomputation) {
   k3::ChatOptions copt;
   copt.thinking = false;
   nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
-  msgs.push_back({{"role", "system"}, {"content", "You are a helpful assistant who answers from the King James Bible."}});
-  const char* questions[10] = {"Who made the heaven?", "And the earth?", "What was upon the face of the deep?",
-                               "What did God say?", "Was it good?", "What divided the light?",
-                               "What was the evening and the morning?", "What was in the midst of the waters?",
-                               "What did he call the dry land?", "What did the earth bring forth?"};
+  msgs.push_back(
+      {{"role", "system"}, {"content", "You are a helpful assistant who answers from the King James Bible."}});
+  const char* questions[10] = {"Who made the heaven?",
+                               "And the earth?",
+                               "What was upon the face of the deep?",
+                               "What did God say?",
+                               "Was it good?",
+                               "What divided the light?",
+                               "What was the evening and the morning?",
+                               "What was in the midst of the waters?",
+                               "What did he call the dry land?",
+                               "What did the earth bring forth?"};
   k3::GenerateOptions go;
   go.n_predict = 12;
   go.n_ctx = 4096;
@@ -225,7 +230,8 @@ TEST(PrefixCache, ToolCallLoopEqualsRecomputation) {
       "description":"Returns the text of a verse of the King James Bible",
       "parameters":{"type":"object","properties":{"book":{"type":"string"},"chapter":{"type":"integer"},
       "verse":{"type":"integer"}},"required":["book","chapter","verse"]}}}])");
-  nlohmann::ordered_json msgs = nlohmann::ordered_json::parse(R"([{"role":"user","content":"Quote Genesis 1:1 and 1:2."}])");
+  nlohmann::ordered_json msgs =
+      nlohmann::ordered_json::parse(R"([{"role":"user","content":"Quote Genesis 1:1 and 1:2."}])");
   k3::GenerateOptions go;
   go.n_predict = 12;
   go.n_vocab = tok.vocab_size();
@@ -244,14 +250,20 @@ TEST(PrefixCache, ToolCallLoopEqualsRecomputation) {
     reused_total += rc.n_reused;
     // The agent loop: the assistant calls the tool, the tool answers, and so on.
     const std::string id = "call_" + std::to_string(call);
-    msgs.push_back({{"role", "assistant"}, {"content", ""},
-                    {"tool_calls", {{{"id", id}, {"type", "function"},
-                                     {"function", {{"name", "lookup_verse"},
-                                                   {"arguments", "{\"book\":\"Genesis\",\"chapter\":1,\"verse\":" +
-                                                                     std::to_string(call + 1) + "}"}}}}}}});
-    msgs.push_back({{"role", "tool"}, {"tool_call_id", id},
-                    {"content", "In the beginning God created the heaven and the earth. And the earth was without "
-                                "form, and void; and darkness was upon the face of the deep."}});
+    msgs.push_back(
+        {{"role", "assistant"},
+         {"content", ""},
+         {"tool_calls",
+          {{{"id", id},
+            {"type", "function"},
+            {"function",
+             {{"name", "lookup_verse"},
+              {"arguments", "{\"book\":\"Genesis\",\"chapter\":1,\"verse\":" + std::to_string(call + 1) + "}"}}}}}}});
+    msgs.push_back({{"role", "tool"},
+                    {"tool_call_id", id},
+                    {"content",
+                     "In the beginning God created the heaven and the earth. And the earth was without "
+                     "form, and void; and darkness was upon the face of the deep."}});
   }
   EXPECT_GT(reused_total, 0);
 }
@@ -409,8 +421,11 @@ TEST(PrefixCache, CorruptTruncatedOrForeignDiskFilesAreMisses) {
   const k3::Model& m = model_chunk(64);
   TempDir dir;
   const std::vector<int32_t> a = ids_of(200, 15);
-  { auto c1 = make_cache(m, 64, 256ull << 20, dir.p); k3::SequenceState s = m.new_sequence();
-    k3::prefill_cached(m, *c1, s, a, 512, nullptr, nullptr); }
+  {
+    auto c1 = make_cache(m, 64, 256ull << 20, dir.p);
+    k3::SequenceState s = m.new_sequence();
+    k3::prefill_cached(m, *c1, s, a, 512, nullptr, nullptr);
+  }
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir.p)) files.push_back(e.path());
   ASSERT_EQ(files.size(), 3u);
@@ -424,7 +439,8 @@ TEST(PrefixCache, CorruptTruncatedOrForeignDiskFilesAreMisses) {
     EXPECT_EQ(c->stats().disk_rejected, want_rejected);
   };
   // Flip one payload byte of the block holding the snapshot (the largest file).
-  std::sort(files.begin(), files.end(), [](auto& x, auto& y) { return std::filesystem::file_size(x) > std::filesystem::file_size(y); });
+  std::sort(files.begin(), files.end(),
+            [](auto& x, auto& y) { return std::filesystem::file_size(x) > std::filesystem::file_size(y); });
   {
     std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(files[0]) / 2));
@@ -436,26 +452,39 @@ TEST(PrefixCache, CorruptTruncatedOrForeignDiskFilesAreMisses) {
   }
   check(0, 1);  // the snapshot block is refused (and removed): no usable hit
   // Rebuild, then truncate a middle block: the chain breaks there.
-  { auto c1 = make_cache(m, 64, 256ull << 20, dir.p); k3::SequenceState s = m.new_sequence();
-    k3::prefill_cached(m, *c1, s, a, 512, nullptr, nullptr); }
+  {
+    auto c1 = make_cache(m, 64, 256ull << 20, dir.p);
+    k3::SequenceState s = m.new_sequence();
+    k3::prefill_cached(m, *c1, s, a, 512, nullptr, nullptr);
+  }
   files.clear();
   for (const auto& e : std::filesystem::directory_iterator(dir.p)) files.push_back(e.path());
   ASSERT_EQ(files.size(), 3u);
-  std::sort(files.begin(), files.end(), [](auto& x, auto& y) { return std::filesystem::file_size(x) < std::filesystem::file_size(y); });
+  std::sort(files.begin(), files.end(),
+            [](auto& x, auto& y) { return std::filesystem::file_size(x) < std::filesystem::file_size(y); });
   std::filesystem::resize_file(files[0], std::filesystem::file_size(files[0]) / 3);
   check(0, 1);
   // A file of another model under this model's key name is refused by its fingerprint.
   TempDir other;
-  { auto c1 = make_cache(m, 64, 256ull << 20, other.p, "0123456789abcdef"); k3::SequenceState s = m.new_sequence();
-    k3::prefill_cached(m, *c1, s, a, 512, nullptr, nullptr); }
-  { auto c1 = make_cache(m, 64, 256ull << 20, dir.p); c1->clear(); k3::SequenceState s = m.new_sequence();
-    k3::prefill_cached(m, *c1, s, a, 512, nullptr, nullptr); }
+  {
+    auto c1 = make_cache(m, 64, 256ull << 20, other.p, "0123456789abcdef");
+    k3::SequenceState s = m.new_sequence();
+    k3::prefill_cached(m, *c1, s, a, 512, nullptr, nullptr);
+  }
+  {
+    auto c1 = make_cache(m, 64, 256ull << 20, dir.p);
+    c1->clear();
+    k3::SequenceState s = m.new_sequence();
+    k3::prefill_cached(m, *c1, s, a, 512, nullptr, nullptr);
+  }
   files.clear();
   for (const auto& e : std::filesystem::directory_iterator(dir.p)) files.push_back(e.path());
-  std::sort(files.begin(), files.end(), [](auto& x, auto& y) { return std::filesystem::file_size(x) > std::filesystem::file_size(y); });
+  std::sort(files.begin(), files.end(),
+            [](auto& x, auto& y) { return std::filesystem::file_size(x) > std::filesystem::file_size(y); });
   std::vector<std::filesystem::path> foreign;
   for (const auto& e : std::filesystem::directory_iterator(other.p)) foreign.push_back(e.path());
-  std::sort(foreign.begin(), foreign.end(), [](auto& x, auto& y) { return std::filesystem::file_size(x) > std::filesystem::file_size(y); });
+  std::sort(foreign.begin(), foreign.end(),
+            [](auto& x, auto& y) { return std::filesystem::file_size(x) > std::filesystem::file_size(y); });
   std::filesystem::copy_file(foreign[0], files[0], std::filesystem::copy_options::overwrite_existing);
   check(0, 1);
 }
@@ -570,7 +599,7 @@ TEST(PrefixCache, PartitionsNeverHitEachOthersBlocksInRamOrOnDisk) {
     EXPECT_EQ(drain(*sched.submit(std::move(first))), alone(system));
     EXPECT_EQ(drain(*sched.submit(in(kB))), alone(x));  // another partition: recomputed
     EXPECT_EQ(sched.stats().prompt_tokens_reused, 0u);
-    EXPECT_EQ(drain(*sched.submit(in(0))), alone(x));   // the shared partition: recomputed
+    EXPECT_EQ(drain(*sched.submit(in(0))), alone(x));  // the shared partition: recomputed
     EXPECT_EQ(sched.stats().prompt_tokens_reused, 0u);
     EXPECT_EQ(drain(*sched.submit(in(kA))), alone(x));  // its own partition: a hit
     EXPECT_EQ(sched.stats().prompt_tokens_reused, 320u);

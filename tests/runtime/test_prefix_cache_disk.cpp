@@ -142,7 +142,8 @@ TEST(PrefixCacheDisk, WriteFailuresAreLoggedOnceCountedAndSurvived) {
   const std::string err = slurp(log);
   fs::remove(log);
   size_t lines = 0;
-  for (size_t i = err.find("k3: prefix cache:"); i != std::string::npos; i = err.find("k3: prefix cache:", i + 1)) ++lines;
+  for (size_t i = err.find("k3: prefix cache:"); i != std::string::npos; i = err.find("k3: prefix cache:", i + 1))
+    ++lines;
   EXPECT_EQ(lines, 1u) << err;
   EXPECT_NE(err.find("File too large"), std::string::npos) << err;
   EXPECT_NE(err.find("reported once"), std::string::npos) << err;
@@ -177,7 +178,8 @@ TEST(PrefixCacheDisk, OldFormatFilesAreMissesLoggedAndCounted) {
   EXPECT_FALSE(c.read(7, 4096, 0).has_value());
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("k3: prefix cache: ignoring '" + (d.p / "0000000000000007.k3pc").string() + "'"),
-            std::string::npos) << lines[0];
+            std::string::npos)
+      << lines[0];
   EXPECT_NE(lines[0].find("found \"K3PCBLK1\", a k3 prefix-cache block of format 1"), std::string::npos) << lines[0];
   EXPECT_NE(lines[0].find("expected \"K3PCBLK2\""), std::string::npos) << lines[0];
   EXPECT_FALSE(c.read(8, 4096, 0).has_value());

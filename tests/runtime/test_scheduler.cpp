@@ -142,7 +142,8 @@ TEST(Scheduler, ForcedOutputStopIdsAndLogprobs) {
   auto h = sched.submit(r);
   std::vector<k3::SeqEvent> evs;
   while (evs.empty() || !evs.back().done)
-    if (auto e = h->next(10s)) evs.push_back(*e); else FAIL() << "no event";
+    if (auto e = h->next(10s)) evs.push_back(*e);
+    else FAIL() << "no event";
   ASSERT_EQ(evs.size(), 4u);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(evs[i].id, 300 + i);
@@ -210,10 +211,10 @@ TEST(Scheduler, CancelWhileQueuedFreesTheQueuePlaceAtOnce) {
   auto busy = request(4, 6, 1 << 20, 0.8f);
   busy.stop_ids.clear();
   auto h1 = sched.submit(busy);
-  ASSERT_TRUE(h1->next(30s).has_value());  // running: the slot is taken
+  ASSERT_TRUE(h1->next(30s).has_value());          // running: the slot is taken
   auto h2 = sched.submit(request(4, 7, 2, 0.0f));  // waits
   EXPECT_THROW(sched.submit(request(4, 8, 2, 0.0f)), k3::QueueFullError);
-  h2->cancel();  // its client left while it waited
+  h2->cancel();                                    // its client left while it waited
   auto h3 = sched.submit(request(4, 8, 2, 0.0f));  // takes the freed place, no 429
   EXPECT_EQ(drain(*h2).finish, k3::FinishReason::Cancelled);
   h1->cancel();

@@ -101,8 +101,8 @@ k3::SeqRequest request(std::vector<int32_t> prompt, int seed, float temp, int64_
 /// "" when both runs emitted the same ids with bit-identical logprobs, else the first difference.
 std::string run_diff(const SeqRun& a, const SeqRun& b) {
   if (a.error != b.error) return "error '" + a.error + "' vs '" + b.error + "'";
-  if (a.finish != b.finish) return std::string("finish ") + k3::finish_reason_name(a.finish) + " vs " +
-                                   k3::finish_reason_name(b.finish);
+  if (a.finish != b.finish)
+    return std::string("finish ") + k3::finish_reason_name(a.finish) + " vs " + k3::finish_reason_name(b.finish);
   if (a.ids != b.ids) return "ids differ";
   if (a.logprob.size() != b.logprob.size()) return "logprob count";
   for (size_t i = 0; i < a.logprob.size(); ++i) {
@@ -154,11 +154,12 @@ void conversations_equal_lone_runs(int64_t chunk) {
     }
   }
   const k3::SchedulerStats st = kept.stats();
-  std::printf("[kept slots] chunk %lld: %d requests, %d events with logprobs, all equal to lone runs; %llu of "
-              "%llu prompt ids resumed from kept states\n",
-              static_cast<long long>(m.options().prefill_chunk), n_requests, n_events,
-              static_cast<unsigned long long>(st.prompt_tokens_reused),
-              static_cast<unsigned long long>(st.prompt_tokens_reused + st.prompt_tokens_total));
+  std::printf(
+      "[kept slots] chunk %lld: %d requests, %d events with logprobs, all equal to lone runs; %llu of "
+      "%llu prompt ids resumed from kept states\n",
+      static_cast<long long>(m.options().prefill_chunk), n_requests, n_events,
+      static_cast<unsigned long long>(st.prompt_tokens_reused),
+      static_cast<unsigned long long>(st.prompt_tokens_reused + st.prompt_tokens_total));
   EXPECT_GT(st.prompt_tokens_reused, 1000u);  // the kept path was taken (not a vacuous comparison)
   EXPECT_EQ(lone.stats().prompt_tokens_reused, 0u);
 }
@@ -171,8 +172,8 @@ TEST(SchedulerKeptSlots, ExtendingRequestEqualsItsLoneRunBitwiseOffTheChunkGrid)
 
 TEST(SchedulerKeptSlots, KeptStateIsCutAtTheExactResumePoint) {
   k3::Scheduler kept(*mini().model, options(true));
-  for (const auto& [n, want] : std::vector<std::pair<int, int64_t>>{{300, 256}, {256, 256}, {257, 256}, {130, 128},
-                                                                    {129, 64}, {65, 0}, {5, 0}}) {
+  for (const auto& [n, want] : std::vector<std::pair<int, int64_t>>{
+           {300, 256}, {256, 256}, {257, 256}, {130, 128}, {129, 64}, {65, 0}, {5, 0}}) {
     SCOPED_TRACE("prompt " + std::to_string(n));
     ASSERT_EQ(drain(*kept.submit(request(ids_of(n, n), 1, 0.0f, 4))).error, "");
     const auto slots = kept.slot_summary();

@@ -40,11 +40,10 @@ k3::DecodeStep plain(k3::SequenceDecoder& d, k3::Sampler& s, int32_t id, int64_t
                      bool accept_stream = true) {
   const std::vector<float> r = row_for(id);
   const std::span<const float> row(r);
-  return d.step(s, std::span<const std::span<const float>>(&row, 1), k3::Draft{}, n_after,
-                [&](int32_t x, size_t) {
-                  out->push_back(x);
-                  return accept_stream;
-                });
+  return d.step(s, std::span<const std::span<const float>>(&row, 1), k3::Draft{}, n_after, [&](int32_t x, size_t) {
+    out->push_back(x);
+    return accept_stream;
+  });
 }
 
 TEST(SequenceDecoder, RejectsBadLimits) {
@@ -106,20 +105,21 @@ TEST(SequenceDecoder, ForcedIdReplacesSampling) {
   const std::span<const float> row(r);
   const int32_t forced = 7;
   std::vector<int32_t> streamed;
-  const k3::DecodeStep st = d.step(s, std::span<const std::span<const float>>(&row, 1), k3::Draft{}, 5,
-                                   [&](int32_t x, size_t) {
-                                     streamed.push_back(x);
-                                     return true;
-                                   },
-                                   &forced);
+  const k3::DecodeStep st = d.step(
+      s, std::span<const std::span<const float>>(&row, 1), k3::Draft{}, 5,
+      [&](int32_t x, size_t) {
+        streamed.push_back(x);
+        return true;
+      },
+      &forced);
   EXPECT_EQ(st.ids, (std::vector<int32_t>{7}));
   EXPECT_EQ(streamed, (std::vector<int32_t>{7}));
 }
 
 TEST(SequenceDecoder, DraftCapsFollowLengthContextAndWindow) {
   k3::SequenceDecoder d = make(10, 100, {}, 4);
-  EXPECT_EQ(d.draft_cap(0, 8), 3);    // one decode-form window of chunk 4: 3 drafts
-  EXPECT_EQ(d.draft_cap(95, 8), 3);   // 100 - 2 - 95
+  EXPECT_EQ(d.draft_cap(0, 8), 3);   // one decode-form window of chunk 4: 3 drafts
+  EXPECT_EQ(d.draft_cap(95, 8), 3);  // 100 - 2 - 95
   EXPECT_EQ(d.draft_cap(97, 8), 1);
   EXPECT_EQ(d.draft_cap(98, 8), 0);
   k3::SequenceDecoder e = make(3, 100);

@@ -42,7 +42,8 @@ const k3::LoadedModel& tiny_other() {
       if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
       dir = tmpl;
       const std::string cmd = std::string(K3_SOURCE_DIR) + "/.venv/bin/python " + K3_SOURCE_DIR +
-                              "/tools/reference/gen_tiny.py --out " + dir.string() + " --variant k3 --seed 2 > /dev/null";
+                              "/tools/reference/gen_tiny.py --out " + dir.string() +
+                              " --variant k3 --seed 2 > /dev/null";
       if (std::system(cmd.c_str()) != 0) throw std::runtime_error("gen_tiny.py failed: " + cmd);
       std::ofstream(dir / "tiktoken.model") << k3test::byte_tiktoken_model();
       k3::ModelOptions o;
@@ -91,7 +92,7 @@ GenRun run_plain(const Model& m, std::span<const int32_t> prompt, int64_t n, con
 }
 
 GenRun run_spec(const Model& m, std::span<const int32_t> prompt, int64_t n, const k3::SamplerParams& sp,
-             k3::Speculator& spec) {
+                k3::Speculator& spec) {
   GenRun r{{}, m.new_sequence()};
   k3::Sampler s(sp);
   k3::GenerateOptions o;
@@ -187,8 +188,8 @@ TEST(Speculative, GreedyPromptLookupMatchesPlainDecoding) {
       drafted += spec.stats().drafted;
     }
   }
-  EXPECT_GT(accepted, 0);         // the accept path ran
-  EXPECT_LT(accepted, drafted);   // and so did the reject + rollback path
+  EXPECT_GT(accepted, 0);        // the accept path ran
+  EXPECT_LT(accepted, drafted);  // and so did the reject + rollback path
 }
 
 // Draft model: the target as its own draft (every draft accepted) and a different random
@@ -241,7 +242,8 @@ TEST(Speculative, GreedyK3NanoDraftMatchesPlainDecoding) {
 // prompt lookup.
 TEST(Speculative, StateAfterEveryStepMatchesPlainDecoding) {
   const Model& m = *mini().model;
-  const std::vector<int32_t> ids = encode(mini(), "And the evening and the morning were the first day. And the evening");
+  const std::vector<int32_t> ids =
+      encode(mini(), "And the evening and the morning were the first day. And the evening");
   for (int64_t n = 1; n <= 16; ++n) {
     const GenRun plain = run_plain(m, ids, n, greedy_params());
     k3::Speculator lookup(std::make_unique<k3::NgramDrafter>(2), {4, 0});
@@ -258,7 +260,8 @@ TEST(Speculative, StateAfterEveryStepMatchesPlainDecoding) {
 // when it is an accepted draft, and -n is never exceeded.
 TEST(Speculative, StopIdsAndLimitsAsPlainDecoding) {
   const Model& m = *mini().model;
-  const std::vector<int32_t> ids = encode(mini(), "And God said, Let there be light: and there was light. And God said");
+  const std::vector<int32_t> ids =
+      encode(mini(), "And God said, Let there be light: and there was light. And God said");
   const GenRun full = run_plain(m, ids, 20, greedy_params());
   ASSERT_GE(full.ids.size(), 10u);
   for (size_t cut : {2u, 5u, 9u}) {
@@ -381,8 +384,8 @@ TEST(Speculative, SamplingDistributionMatchesPlainAtTemperatureOne) {
     const auto [stat, df] = chi_square(counts, exact, kSamples);
     EXPECT_LT(stat, chi2_crit_001(df)) << c.name << ": chi-square " << stat << " with " << df << " df";
     EXPECT_GT(spec.stats().accepted, kSamples / 20) << c.name;
-    std::printf("%s: chi-square %.1f, %d df (critical %.1f at 0.001); %s\n", c.name, stat, df,
-                chi2_crit_001(df), spec.stats().describe().c_str());
+    std::printf("%s: chi-square %.1f, %d df (critical %.1f at 0.001); %s\n", c.name, stat, df, chi2_crit_001(df),
+                spec.stats().describe().c_str());
     EXPECT_LT(spec.stats().accepted, spec.stats().drafted) << c.name;
   }
 }
@@ -488,13 +491,13 @@ TEST(Speculative, BadOptionsAndIncompatibleDraftAreNamedErrors) {
   EXPECT_NE(msg([] { k3::SpecOptions{0, 0}.validate(); }).find("--draft-max"), std::string::npos);
   EXPECT_NE(msg([] { k3::SpecOptions{4, 5}.validate(); }).find("--draft-min"), std::string::npos);
   EXPECT_NE(msg([] { k3::NgramDrafter(0); }).find("--spec-ngram-size-n"), std::string::npos);
-  const std::string e = msg([] {
-    k3::check_draft_compatible(mini().model->config(), k3test::tiny().model->config(), "a", "a");
-  });
+  const std::string e =
+      msg([] { k3::check_draft_compatible(mini().model->config(), k3test::tiny().model->config(), "a", "a"); });
   EXPECT_NE(e.find("--draft-model"), std::string::npos) << e;
   EXPECT_NE(e.find("vocab_size 512"), std::string::npos) << e;
-  EXPECT_NE(msg([] { k3::check_draft_compatible(mini().model->config(), mini().model->config(), "a", "b"); })
-                .find("tiktoken.model"),
+  EXPECT_NE(msg([] {
+              k3::check_draft_compatible(mini().model->config(), mini().model->config(), "a", "b");
+            }).find("tiktoken.model"),
             std::string::npos);
 }
 

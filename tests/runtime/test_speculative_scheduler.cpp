@@ -57,7 +57,8 @@ Outcome drain(k3::SeqHandle& h) {
 std::vector<int32_t> repetitive_prompt(int n, int seed) {
   const std::string phrase = "the lamb and the lion " + std::to_string(seed) + " ";
   std::vector<int32_t> v;
-  for (int i = 0; v.size() < static_cast<size_t>(n); ++i) v.push_back(static_cast<unsigned char>(phrase[i % phrase.size()]));
+  for (int i = 0; v.size() < static_cast<size_t>(n); ++i)
+    v.push_back(static_cast<unsigned char>(phrase[i % phrase.size()]));
   return v;
 }
 
@@ -82,7 +83,8 @@ const k3::LoadedModel& tiny_other() {
       if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
       dir = tmpl;
       const std::string cmd = std::string(K3_SOURCE_DIR) + "/.venv/bin/python " + K3_SOURCE_DIR +
-                              "/tools/reference/gen_tiny.py --out " + dir.string() + " --variant k3 --seed 2 > /dev/null";
+                              "/tools/reference/gen_tiny.py --out " + dir.string() +
+                              " --variant k3 --seed 2 > /dev/null";
       if (std::system(cmd.c_str()) != 0) throw std::runtime_error("gen_tiny.py failed: " + cmd);
       std::ofstream(dir / "tiktoken.model") << k3test::byte_tiktoken_model();
       k3::ModelOptions o;
@@ -112,7 +114,9 @@ k3::Scheduler::Options options(Kind kind, int64_t k, int64_t n_ctx = 512) {
     sp.make_drafter = [](const k3::SeqRequest&) { return std::make_unique<k3::NgramDrafter>(3); };
   } else {
     const k3::Model* dm = kind == Kind::DraftSelf ? k3test::tiny().model.get() : tiny_other().model.get();
-    sp.make_drafter = [dm, nv](const k3::SeqRequest& r) { return std::make_unique<k3::DraftModelDrafter>(*dm, r.sampling, nv); };
+    sp.make_drafter = [dm, nv](const k3::SeqRequest& r) {
+      return std::make_unique<k3::DraftModelDrafter>(*dm, r.sampling, nv);
+    };
     sp.drafter_bytes = k3::DraftModelDrafter::max_bytes(dm->config(), n_ctx, k);
   }
   so.speculation = std::move(sp);
@@ -181,14 +185,15 @@ TEST(SpeculativeScheduler, GreedyIdsEqualPlainSchedulerForEveryDrafterAndK) {
       EXPECT_GT(spec.stats.spec_drafted_total, 0u);
       EXPECT_LE(spec.stats.spec_accepted_total, spec.stats.spec_drafted_total);
       EXPECT_EQ(spec.out[3].n_drafted, 0);  // the opted-out request never speculated
-      if (kind == Kind::DraftSelf) {  // the target as its own draft: every draft is accepted
+      if (kind == Kind::DraftSelf) {        // the target as its own draft: every draft is accepted
         EXPECT_EQ(spec.stats.spec_accepted_total, spec.stats.spec_drafted_total);
         EXPECT_LT(spec.stats.steps_total, plain.stats.steps_total);
       }
       // (The tiny random model's output rarely repeats itself, so prompt lookup's drafts are
       // mostly rejected here; tests/python/test_server_speculative.py sees them accepted on K3-mini.)
       uint64_t drafted = 0, accepted = 0;
-      for (const Outcome& o : spec.out) drafted += static_cast<uint64_t>(o.n_drafted), accepted += static_cast<uint64_t>(o.n_accepted);
+      for (const Outcome& o : spec.out)
+        drafted += static_cast<uint64_t>(o.n_drafted), accepted += static_cast<uint64_t>(o.n_accepted);
       EXPECT_EQ(drafted, spec.stats.spec_drafted_total);
       EXPECT_EQ(accepted, spec.stats.spec_accepted_total);
     }
@@ -216,7 +221,8 @@ TEST(SpeculativeScheduler, StopInsideAnAcceptedRunEndsThere) {
   // A stop id: the first id whose first occurrence is at position >= 3 (inside a run).
   int32_t stop = -1;
   for (size_t p = 3; p < ids.size() && stop < 0; ++p)
-    if (std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(p), ids[p]) == ids.begin() + static_cast<std::ptrdiff_t>(p))
+    if (std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(p), ids[p]) ==
+        ids.begin() + static_cast<std::ptrdiff_t>(p))
       stop = ids[p];
   ASSERT_GE(stop, 0) << "the tiny model's output has no new id after position 3";
   std::vector<k3::SeqRequest> reqs;
@@ -284,7 +290,8 @@ TEST(SpeculativeScheduler, SeededSamplingIsDeterministic) {
     for (size_t i = 0; i < reqs.size(); ++i) {
       EXPECT_EQ(a.out[i].error, "");
       EXPECT_EQ(a.out[i].ids, b.out[i].ids);
-      EXPECT_TRUE(a.out[i].finish == k3::FinishReason::Stop || static_cast<int64_t>(a.out[i].ids.size()) == reqs[i].max_tokens);
+      EXPECT_TRUE(a.out[i].finish == k3::FinishReason::Stop ||
+                  static_cast<int64_t>(a.out[i].ids.size()) == reqs[i].max_tokens);
     }
   }
 }

@@ -30,7 +30,10 @@ TEST(Stats, LineHasEveryField) {
   s.gen_ms = 2000;
   s.state_bytes = 3u << 20;
   const std::string l = s.line();
-  EXPECT_TRUE(std::regex_search(l, std::regex(R"(^load: 12 ms \| prompt: 10 tok, 20\.00 tok/s \| gen: 4 tok, 2\.00 tok/s \| peak RSS: [0-9.]+ MiB \| state: 3\.00 MiB$)")))
+  EXPECT_TRUE(std::regex_search(
+      l,
+      std::regex(
+          R"(^load: 12 ms \| prompt: 10 tok, 20\.00 tok/s \| gen: 4 tok, 2\.00 tok/s \| peak RSS: [0-9.]+ MiB \| state: 3\.00 MiB$)")))
       << l;
   s.n_gen = 0;
   s.show_seed = true;

@@ -16,10 +16,10 @@ namespace k3cli {
 
 struct CacheFlags {
   bool no_cache = false;
-  int64_t ram_mib;       ///< --cache-ram MiB
-  std::string dir;       ///< --cache-dir DIR (disk tier; empty = none)
+  int64_t ram_mib;  ///< --cache-ram MiB
+  std::string dir;  ///< --cache-dir DIR (disk tier; empty = none)
   int64_t disk_mib = 4096;
-  int64_t block = 64;    ///< --cache-block tokens
+  int64_t block = 64;  ///< --cache-block tokens
   int64_t snapshot_every = 0;
 
   /// `default_ram_mib`: 0 leaves the RAM tier off unless --cache-ram or --cache-dir is given
@@ -29,21 +29,26 @@ struct CacheFlags {
   void add_to(CLI::App* sub) {
     sub->add_flag("--no-cache", no_cache, "turn the prefix cache off (every prompt is prefilled in full)");
     sub->add_option("--cache-ram", ram_mib, "prefix cache RAM budget in MiB (MLA blocks + KDA snapshots; 0 = off)")
-        ->capture_default_str()->check(IntRange(0, int64_t{1} << 40));
-    sub->add_option("--cache-dir", dir,
-                    "prefix cache disk tier: evicted blocks (and all blocks at exit) are written here and read "
-                    "back, across restarts (trusted: it must be this user's, not writable by every user, and used by one "
-                    "process at a time)");
+        ->capture_default_str()
+        ->check(IntRange(0, int64_t{1} << 40));
+    sub->add_option(
+        "--cache-dir", dir,
+        "prefix cache disk tier: evicted blocks (and all blocks at exit) are written here and read "
+        "back, across restarts (trusted: it must be this user's, not writable by every user, and used by one "
+        "process at a time)");
     sub->add_option("--cache-disk", disk_mib, "prefix cache disk budget in MiB (with --cache-dir)")
-        ->capture_default_str()->check(IntRange(1, int64_t{1} << 40));
+        ->capture_default_str()
+        ->check(IntRange(1, int64_t{1} << 40));
     sub->add_option("--cache-block", block,
                     "prefix cache block in tokens, a multiple of 64 (resumed logits are bit-identical "
                     "for every size; smaller blocks reuse more of each prompt)")
-        ->capture_default_str()->check(IntRange(64, int64_t{1} << 30));
+        ->capture_default_str()
+        ->check(IntRange(64, int64_t{1} << 30));
     sub->add_option("--cache-snapshot-every", snapshot_every,
                     "blocks between KDA state snapshots (0 = auto: snapshots weigh about as much as the MLA "
                     "blocks between them; each prompt's last block boundary always gets one)")
-        ->capture_default_str()->check(IntRange(0, int64_t{1} << 30));
+        ->capture_default_str()
+        ->check(IntRange(0, int64_t{1} << 30));
   }
 
   /// The cache these flags ask for, or null when it is off. Errors: k3::Error naming the flag.

@@ -50,16 +50,14 @@ struct Options {
   int threads = 0, prompt = 512, gen = 128, reps = 5, probe_mb = 1024;
   bool json = false;
   k3cli::NumericsFlag numerics;  ///< default k3::default_numerics()
-  bool profile = false;  ///< one more decode run with per-op timers (kernels/op_profile.h)
-  bool pin = false;      ///< probes with workers pinned to one CPU each
-  bool stream_experts = false;  ///< experts read from the shards (io/expert_store.h)
+  bool profile = false;          ///< one more decode run with per-op timers (kernels/op_profile.h)
+  bool pin = false;              ///< probes with workers pinned to one CPU each
+  bool stream_experts = false;   ///< experts read from the shards (io/expert_store.h)
   double expert_cache_gb = 0;
   int io_threads = 16;
 };
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -86,36 +84,31 @@ double decode_bytes_from_checkpoint(const k3::Checkpoint& ck) {
   for (const k3::TensorView& t : ck.tensors()) {
     const BenchTensor kind = bench_tensor(ck, t);
     if (kind == BenchTensor::Other) continue;  // vision
-    if (kind == BenchTensor::Embedding)
-      dense += static_cast<double>(t.nbytes) / std::max<int64_t>(1, t.dim(0));
-    else if (kind == BenchTensor::Expert)
-      experts += static_cast<double>(t.nbytes);
-    else
-      dense += static_cast<double>(t.nbytes);
+    if (kind == BenchTensor::Embedding) dense += static_cast<double>(t.nbytes) / std::max<int64_t>(1, t.dim(0));
+    else if (kind == BenchTensor::Expert) experts += static_cast<double>(t.nbytes);
+    else dense += static_cast<double>(t.nbytes);
   }
   return dense + experts * c.num_experts_per_token / std::max(1, c.num_experts);
 }
 
 /// The same from the config's widths (k3-architecture.md §2), for any layer/expert/vocab count.
-double decode_bytes_formula(const k3::ModelConfig& c, int n_kda, int n_mla, int n_dense, int n_moe,
-                            int n_experts, int64_t vocab) {
-  const double D = c.hidden_size, H = c.kda_num_heads, dk = c.kda_head_dim, C = H * dk,
-               K = c.short_conv_kernel_size;
-  const double kda = 2 * (3 * C * D + dk * D + C * dk + H * D + C * D + D * C) +
-                     4 * (3 * C * K + C + std::max(128.0, H) + dk);
-  const double Hm = c.num_attention_heads, qr = c.q_lora_rank, kvr = c.kv_lora_rank,
-               dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
-  const double mla = 2 * (qr * D + qr + Hm * (dn + dr) * qr + (kvr + dr) * D + kvr +
-                          Hm * (dn + dv) * kvr + Hm * dv * D + D * Hm * dv);
+double decode_bytes_formula(const k3::ModelConfig& c, int n_kda, int n_mla, int n_dense, int n_moe, int n_experts,
+                            int64_t vocab) {
+  const double D = c.hidden_size, H = c.kda_num_heads, dk = c.kda_head_dim, C = H * dk, K = c.short_conv_kernel_size;
+  const double kda =
+      2 * (3 * C * D + dk * D + C * dk + H * D + C * D + D * C) + 4 * (3 * C * K + C + std::max(128.0, H) + dk);
+  const double Hm = c.num_attention_heads, qr = c.q_lora_rank, kvr = c.kv_lora_rank, dn = c.qk_nope_head_dim,
+               dr = c.qk_rope_head_dim, dv = c.v_head_dim;
+  const double mla =
+      2 * (qr * D + qr + Hm * (dn + dr) * qr + (kvr + dr) * D + kvr + Hm * (dn + dv) * kvr + Hm * dv * D + D * Hm * dv);
   const double dense = 2 * 3 * static_cast<double>(c.intermediate_size) * D;
-  const double E = n_experts, Lat = c.routed_expert_hidden_size, Im = c.moe_intermediate_size,
-               S = c.num_shared_experts;
+  const double E = n_experts, Lat = c.routed_expert_hidden_size, Im = c.moe_intermediate_size, S = c.num_shared_experts;
   const double moe_fixed = 2 * (E * D + Lat * D + Lat + D * Lat + 3 * S * Im * D) + 4 * E;
   const double routed = c.num_experts_per_token * 3 * Im * Lat * 17 / 32;
   const double per_layer = 2 * 6 * D;
   const double globals = 2 * static_cast<double>(vocab) * D + 2 * D + 2 * 3 * D;
-  return n_kda * kda + n_mla * mla + n_dense * dense + n_moe * (moe_fixed + routed) +
-         (n_kda + n_mla) * per_layer + globals;
+  return n_kda * kda + n_mla * mla + n_dense * dense + n_moe * (moe_fixed + routed) + (n_kda + n_mla) * per_layer +
+         globals;
 }
 
 /// The mapped bytes of every text tensor but the embedding (read as a row per token, not as a
@@ -133,16 +126,17 @@ std::vector<k3::MemRegion> weight_regions(const k3::Checkpoint& ck, bool skip_ex
 }
 
 nlohmann::json probe_json(const k3::ReadBandwidth& b) {
-  return {{"median_gbs", b.median_gbs}, {"best_gbs", b.best_gbs}, {"worst_gbs", b.worst_gbs},
-          {"spread", b.spread}, {"cpu_share", b.cpu_share}, {"timed_page_faults", b.timed_page_faults},
-          {"bytes", b.bytes}, {"threads", b.threads}, {"huge_pages", b.huge_pages},
-          {"pinned", b.pinned}, {"runs_gbs", b.run_gbs}};
+  return {{"median_gbs", b.median_gbs}, {"best_gbs", b.best_gbs},   {"worst_gbs", b.worst_gbs},
+          {"spread", b.spread},         {"cpu_share", b.cpu_share}, {"timed_page_faults", b.timed_page_faults},
+          {"bytes", b.bytes},           {"threads", b.threads},     {"huge_pages", b.huge_pages},
+          {"pinned", b.pinned},         {"runs_gbs", b.run_gbs}};
 }
 
 std::string probe_line(const k3::ReadBandwidth& b) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%.2f GB/s median of %zu (%.2f..%.2f, spread %.0f%%), CPU share %.2f, %lld page faults",
-                b.median_gbs, b.run_gbs.size(), b.worst_gbs, b.best_gbs, 100 * b.spread, b.cpu_share,
+  std::snprintf(buf, sizeof buf,
+                "%.2f GB/s median of %zu (%.2f..%.2f, spread %.0f%%), CPU share %.2f, %lld page faults", b.median_gbs,
+                b.run_gbs.size(), b.worst_gbs, b.best_gbs, 100 * b.spread, b.cpu_share,
                 static_cast<long long>(b.timed_page_faults));
   return buf;
 }
@@ -215,9 +209,9 @@ void run(const Options& o) {
     // a speed of NaN logits is no result: refuse it, naming the first non-finite intermediate
     const int64_t bad = k3::first_nonfinite(logits);
     if (bad >= 0)
-      throw k3::Error("bench: the prefill logits (last of " + std::to_string(o.prompt) + " prompt tokens) are not finite: logit of id " +
-                      std::to_string(bad) + " = " + std::to_string(logits[static_cast<size_t>(bad)]) + "; " +
-                      k3::locate_nonfinite(model, prompt));
+      throw k3::Error("bench: the prefill logits (last of " + std::to_string(o.prompt) +
+                      " prompt tokens) are not finite: logit of id " + std::to_string(bad) + " = " +
+                      std::to_string(logits[static_cast<size_t>(bad)]) + "; " + k3::locate_nonfinite(model, prompt));
   }
   // decode: n single-token steps from an empty state (llama-bench tg), each timed run followed by
   // one pass of the weights probe (the first pass after the warm-up run is untimed)
@@ -274,15 +268,15 @@ void run(const Options& o) {
 
   const char* kernels = k3::model_kernels_name(*model.options().exec.kernels);
   const char* isa = k3::isa_name(*model.options().exec.isa);
-  const std::string mxfp4 = std::string(k3::mxfp4_path_name(*model.options().exec.mxfp4)) + ", numerics " +
-                            k3::numerics_name(numerics);
+  const std::string mxfp4 =
+      std::string(k3::mxfp4_path_name(*model.options().exec.mxfp4)) + ", numerics " + k3::numerics_name(numerics);
   const double pp_s = median(pp), tg_s = median(tg);
   const double pp_tps = o.prompt / pp_s, tg_tps = o.gen / tg_s;
-  const double bytes_formula = decode_bytes_formula(c, c.n_kda_layers(), c.n_mla_layers(),
-                                                    c.num_hidden_layers - c.n_moe_layers(),
-                                                    c.n_moe_layers(), c.num_experts, c.vocab_size);
+  const double bytes_formula =
+      decode_bytes_formula(c, c.n_kda_layers(), c.n_mla_layers(), c.num_hidden_layers - c.n_moe_layers(),
+                           c.n_moe_layers(), c.num_experts, c.vocab_size);
   const double gbs = bytes_tok * tg_tps / 1e9;
-  const double frac = median(ratio);         // of the weights probe, pass by pass
+  const double frac = median(ratio);            // of the weights probe, pass by pass
   const double frac_buf = gbs / bw.median_gbs;  // of the 4 KiB-page buffer probe
   // full K3: 69 KDA + 24 MLA layers, layer 0 dense, 92 MoE layers of 896 experts, vocab 163840
   const double bytes_k3 = decode_bytes_formula(c, 69, 24, 1, 92, 896, 163840);
@@ -291,25 +285,29 @@ void run(const Options& o) {
   const double k3_tps_probe = probe_gbs * 1e9 / bytes_k3;
 
   if (o.json) {
-    nlohmann::json j = {
-        {"model", o.model}, {"isa", isa}, {"threads", nt},
-        {"omp_wait", k3cli::omp_wait_policy()},
-        {"kernels", kernels}, {"mxfp4", mxfp4},
-        {"pp", {{"n_prompt", o.prompt}, {"seconds", pp}, {"median_s", pp_s}, {"tokens_per_s", pp_tps}}},
-        {"tg", {{"n_gen", o.gen}, {"seconds", tg}, {"median_s", tg_s}, {"tokens_per_s", tg_tps}}},
-        {"decode_weight_bytes_per_token", bytes_tok},
-        {"decode_weight_bytes_per_token_formula", bytes_formula},
-        {"decode_read_gbs", gbs},
-        {"probe", probe_json(bw)},
-        {"probe_huge_pages", probe_json(bw_huge)},
-        {"probe_weights", probe_json(wbw)},
-        {"probe_weights_after_each_run_gbs", wprobe},
-        {"fraction_of_probe", frac},
-        {"fraction_of_buffer_probe", frac_buf},
-        {"prefill_vs_decode_per_token", pp_tps / tg_tps},
-        {"k3_full", {{"decode_weight_bytes_per_token", bytes_k3}, {"tokens_per_s_at_measured_gbs", k3_tps},
-                     {"tokens_per_s_at_probe_gbs", k3_tps_probe}}},
-        {"page_in_s", t_page}};
+    nlohmann::json j = {{"model", o.model},
+                        {"isa", isa},
+                        {"threads", nt},
+                        {"omp_wait", k3cli::omp_wait_policy()},
+                        {"kernels", kernels},
+                        {"mxfp4", mxfp4},
+                        {"pp", {{"n_prompt", o.prompt}, {"seconds", pp}, {"median_s", pp_s}, {"tokens_per_s", pp_tps}}},
+                        {"tg", {{"n_gen", o.gen}, {"seconds", tg}, {"median_s", tg_s}, {"tokens_per_s", tg_tps}}},
+                        {"decode_weight_bytes_per_token", bytes_tok},
+                        {"decode_weight_bytes_per_token_formula", bytes_formula},
+                        {"decode_read_gbs", gbs},
+                        {"probe", probe_json(bw)},
+                        {"probe_huge_pages", probe_json(bw_huge)},
+                        {"probe_weights", probe_json(wbw)},
+                        {"probe_weights_after_each_run_gbs", wprobe},
+                        {"fraction_of_probe", frac},
+                        {"fraction_of_buffer_probe", frac_buf},
+                        {"prefill_vs_decode_per_token", pp_tps / tg_tps},
+                        {"k3_full",
+                         {{"decode_weight_bytes_per_token", bytes_k3},
+                          {"tokens_per_s_at_measured_gbs", k3_tps},
+                          {"tokens_per_s_at_probe_gbs", k3_tps_probe}}},
+                        {"page_in_s", t_page}};
     if (o.profile) {
       nlohmann::json a = nlohmann::json::array();
       for (const auto& s : ops)
@@ -319,41 +317,42 @@ void run(const Options& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("model %s: %d layers (%d KDA, %d MLA, %d MoE of %d experts, top-%d), vocab %d\n",
-              o.model.c_str(), c.num_hidden_layers, c.n_kda_layers(), c.n_mla_layers(),
-              c.n_moe_layers(), c.num_experts, c.num_experts_per_token, c.vocab_size);
-  std::printf("kernels %s, ISA %s, MXFP4 %s, %d threads (%s); page-in %.1f s; medians of %d runs\n\n",
-              kernels, isa, mxfp4.c_str(), nt, k3cli::omp_wait_policy().c_str(), t_page,
-              o.reps);
+  std::printf("model %s: %d layers (%d KDA, %d MLA, %d MoE of %d experts, top-%d), vocab %d\n", o.model.c_str(),
+              c.num_hidden_layers, c.n_kda_layers(), c.n_mla_layers(), c.n_moe_layers(), c.num_experts,
+              c.num_experts_per_token, c.vocab_size);
+  std::printf("kernels %s, ISA %s, MXFP4 %s, %d threads (%s); page-in %.1f s; medians of %d runs\n\n", kernels, isa,
+              mxfp4.c_str(), nt, k3cli::omp_wait_policy().c_str(), t_page, o.reps);
   std::printf("| test | t/s | ms/token | weight GB/token | read GB/s | %% of probe |\n|---|---|---|---|---|---|\n");
   std::printf("| pp%d | %.2f | %.2f | | | |\n", o.prompt, pp_tps, 1e3 / pp_tps);
-  std::printf("| tg%d | %.3f | %.1f | %.3f | %.2f | %.0f%% |\n\n", o.gen, tg_tps, 1e3 / tg_tps,
-              bytes_tok / 1e9, gbs, 100 * frac);
-  std::printf("%% of probe: decode GB/s over the weights-probe pass right after each run, median of %d runs\n",
-              o.reps);
+  std::printf("| tg%d | %.3f | %.1f | %.3f | %.2f | %.0f%% |\n\n", o.gen, tg_tps, 1e3 / tg_tps, bytes_tok / 1e9, gbs,
+              100 * frac);
+  std::printf("%% of probe: decode GB/s over the weights-probe pass right after each run, median of %d runs\n", o.reps);
   std::printf("read probes (%d threads%s):\n", bw.threads, bw.pinned ? ", pinned" : "");
-  std::printf("  weights (the mapped checkpoint, %.2f GB, as decode reads it): %.2f GB/s median of the passes "
-              "after each run; alone: %s\n", wbw.bytes / 1e9, probe_gbs, probe_line(wbw).c_str());
+  std::printf(
+      "  weights (the mapped checkpoint, %.2f GB, as decode reads it): %.2f GB/s median of the passes "
+      "after each run; alone: %s\n",
+      wbw.bytes / 1e9, probe_gbs, probe_line(wbw).c_str());
   std::printf("  buffer %.0f MiB, 4 KiB pages: %s (decode: %.0f%% of it)\n", bw.bytes / 1048576.0,
               probe_line(bw).c_str(), 100 * frac_buf);
   std::printf("  buffer %.0f MiB, 2 MiB pages: %s\n", bw_huge.bytes / 1048576.0, probe_line(bw_huge).c_str());
-  std::printf("decode weight bytes/token: %.3f GB from the checkpoint, %.3f GB from the widths\n",
-              bytes_tok / 1e9, bytes_formula / 1e9);
+  std::printf("decode weight bytes/token: %.3f GB from the checkpoint, %.3f GB from the widths\n", bytes_tok / 1e9,
+              bytes_formula / 1e9);
   std::printf("prefill per token is %.1fx faster than decode per token\n", pp_tps / tg_tps);
   // The extrapolation keeps this model's layer widths and takes K3's depth and expert count, so
   // it is the full-K3 figure only for a model with K3's widths (tools/reference/gen_bench_model.py).
   const bool k3_widths = c.hidden_size == 7168 && c.kda_num_heads == 96 && c.kda_head_dim == 128 &&
                          c.moe_intermediate_size == 3072 && c.routed_expert_hidden_size == 3584;
-  std::printf("%s (%.1f GB of weights per decoded token): %.3f t/s at the measured %.2f GB/s, "
-              "%.3f t/s at the probe's %.2f GB/s%s\n",
-              k3_widths ? "full K3" : "this model's widths at K3's depth (93 layers, 896 experts)",
-              bytes_k3 / 1e9, k3_tps, gbs, k3_tps_probe, probe_gbs,
-              k3_widths ? " (needs the 1.56 TB model in RAM)"
-                        : "; not the full-K3 figure: widths differ from K3's");
+  std::printf(
+      "%s (%.1f GB of weights per decoded token): %.3f t/s at the measured %.2f GB/s, "
+      "%.3f t/s at the probe's %.2f GB/s%s\n",
+      k3_widths ? "full K3" : "this model's widths at K3's depth (93 layers, 896 experts)", bytes_k3 / 1e9, k3_tps, gbs,
+      k3_tps_probe, probe_gbs,
+      k3_widths ? " (needs the 1.56 TB model in RAM)" : "; not the full-K3 figure: widths differ from K3's");
   if (!o.profile) return;
-  std::printf("\ndecode per op (one more tg%d run with timers, %.1f ms/token; wall time outside "
-              "parallel regions; GB/s = weight bytes / time):\n\n| op | calls/token | ms/token | MB/token | GB/s | %% of decode |\n|---|---|---|---|---|---|\n",
-              o.gen, 1e3 * prof_s / o.gen);
+  std::printf(
+      "\ndecode per op (one more tg%d run with timers, %.1f ms/token; wall time outside "
+      "parallel regions; GB/s = weight bytes / time):\n\n| op | calls/token | ms/token | MB/token | GB/s | %% of decode |\n|---|---|---|---|---|---|\n",
+      o.gen, 1e3 * prof_s / o.gen);
   double timed = 0;
   for (const auto& s : ops) {
     timed += s.seconds;
@@ -367,20 +366,24 @@ void run(const Options& o) {
 }
 
 const k3cli::Registrar kReg(
-    "bench", "llama-bench-style prefill/decode speed, weight bytes per token vs read bandwidth",
-    [](CLI::App* sub) {
+    "bench", "llama-bench-style prefill/decode speed, weight bytes per token vs read bandwidth", [](CLI::App* sub) {
       auto o = std::make_shared<Options>();
       sub->add_option("-m,--model", o->model, "checkpoint directory")->required();
       sub->add_option("-t,--threads", o->threads, "worker threads (0 = all hardware threads)")
-          ->capture_default_str()->check(k3cli::IntRange(0, 1 << 20));
+          ->capture_default_str()
+          ->check(k3cli::IntRange(0, 1 << 20));
       sub->add_option("-p,--n-prompt", o->prompt, "prompt tokens of the prefill test")
-          ->capture_default_str()->check(k3cli::IntRange(1, INT32_MAX));
+          ->capture_default_str()
+          ->check(k3cli::IntRange(1, INT32_MAX));
       sub->add_option("-n,--n-gen", o->gen, "decoded tokens of the decode test")
-          ->capture_default_str()->check(k3cli::IntRange(1, INT32_MAX));
+          ->capture_default_str()
+          ->check(k3cli::IntRange(1, INT32_MAX));
       sub->add_option("-r,--repetitions", o->reps, "runs per test; the median is reported")
-          ->capture_default_str()->check(k3cli::IntRange(1, 1000000));
+          ->capture_default_str()
+          ->check(k3cli::IntRange(1, 1000000));
       sub->add_option("--probe-mb", o->probe_mb, "read-bandwidth probe buffer in MiB")
-          ->capture_default_str()->check(k3cli::IntRange(1, 1 << 20));
+          ->capture_default_str()
+          ->check(k3cli::IntRange(1, 1 << 20));
       sub->add_flag("--json", o->json, "print JSON instead of tables");
       o->numerics.add_to(sub);
       sub->add_flag("--profile", o->profile, "one more decode run with per-op timers: ms/token and GB/s per op");
@@ -390,14 +393,16 @@ const k3cli::Registrar kReg(
              "--expert-cache-gb",
              [o](double v) {
                if (!(v >= 0 && v <= 1e6))
-                 throw CLI::ValidationError("--expert-cache-gb", "expected a number of GB in [0, 1e6], found " + k3cli::number_text(v));
+                 throw CLI::ValidationError("--expert-cache-gb",
+                                            "expected a number of GB in [0, 1e6], found " + k3cli::number_text(v));
                o->expert_cache_gb = v;
                o->stream_experts = true;
              },
              "streamed experts: LRU cache budget in GB (0 = none); implies --stream-experts")
           ->type_name("GB");
       sub->add_option("--io-threads", o->io_threads, "streamed experts: reads in flight")
-          ->capture_default_str()->check(k3cli::IntRange(1, 1024));
+          ->capture_default_str()
+          ->check(k3cli::IntRange(1, 1024));
       sub->callback([o] { run(*o); });
     });
 

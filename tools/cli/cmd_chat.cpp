@@ -164,8 +164,7 @@ class ThinkingView {
     else if (folded_)
       std::snprintf(b, sizeof b, "[thinking: %lld tokens, folded; /think shows all of it]\n",
                     static_cast<long long>(n_tokens));
-    else
-      return r;
+    else return r;
     r += tty_ ? "\x1b[2m" + std::string(b, std::strlen(b) - 1) + "\x1b[0m\n" : std::string(b);
     return r;
   }
@@ -221,7 +220,8 @@ void run(const ChatCliOptions& o) {
     const nlohmann::ordered_json extra =
         meta.extra_json.empty() ? nlohmann::ordered_json::object() : nlohmann::ordered_json::parse(meta.extra_json);
     if (!extra.contains("messages") || !extra["messages"].is_array())
-      throw k3::Error("--state-load '" + o.state_load + "': not a k3 chat state (no \"messages\" array; a `k3 run` state?)");
+      throw k3::Error("--state-load '" + o.state_load +
+                      "': not a k3 chat state (no \"messages\" array; a `k3 run` state?)");
     messages = extra["messages"];
     std::fprintf(stderr, "k3 chat: resumed %zu messages (%lld tokens of state) from '%s'\n", messages.size(),
                  static_cast<long long>(resume->n_past()), o.state_load.c_str());
@@ -229,9 +229,7 @@ void run(const ChatCliOptions& o) {
 
   const bool tty_in = isatty(0) != 0, tty_out = isatty(1) != 0;
   // notices (folded thinking, a turn without an answer): dimmed on a terminal
-  auto notice = [&](const std::string& s) {
-    out(tty_out ? "\x1b[2m" + s + "\x1b[0m\n" : s + "\n");
-  };
+  auto notice = [&](const std::string& s) { out(tty_out ? "\x1b[2m" + s + "\x1b[0m\n" : s + "\n"); };
   if (tty_in)
     std::fprintf(stderr, "k3 chat: %s | Ctrl-C stops an answer, Ctrl-D exits%s\n", sp.describe().c_str(),
                  copt.thinking ? ", /think shows the last thinking" : "");
@@ -257,7 +255,8 @@ void run(const ChatCliOptions& o) {
   // A line longer than this cannot fit in -c whatever it says (no token spans more bytes than
   // the longest one), so it is refused without being tokenized or even kept in memory.
   std::size_t max_token_bytes = 1;
-  for (int32_t id = 0; id < tok.vocab_size(); ++id) max_token_bytes = std::max(max_token_bytes, tok.token_bytes(id).size());
+  for (int32_t id = 0; id < tok.vocab_size(); ++id)
+    max_token_bytes = std::max(max_token_bytes, tok.token_bytes(id).size());
   const uint64_t max_line = static_cast<uint64_t>(o.gen.n_ctx) * max_token_bytes;
   // room kept for the answer when old turns are dropped: -n, else a quarter of the context
   const int64_t reserve = o.gen.n_predict >= 0 ? o.gen.n_predict : o.gen.n_ctx / 4;
@@ -268,8 +267,10 @@ void run(const ChatCliOptions& o) {
     bool too_long = false;
     if (!read_line_bounded(std::cin, line, max_line, too_long)) break;
     if (too_long) {
-      std::fprintf(stderr, "k3 chat: message not sent: longer than %llu bytes, it cannot fit in -c/--ctx-size %lld tokens (the conversation continues)\n",
-                   static_cast<unsigned long long>(max_line), static_cast<long long>(o.gen.n_ctx));
+      std::fprintf(
+          stderr,
+          "k3 chat: message not sent: longer than %llu bytes, it cannot fit in -c/--ctx-size %lld tokens (the conversation continues)\n",
+          static_cast<unsigned long long>(max_line), static_cast<long long>(o.gen.n_ctx));
       continue;
     }
     if (line.empty()) continue;
@@ -294,19 +295,24 @@ void run(const ChatCliOptions& o) {
     k3::ChatFit fit = k3::fit_chat_to_context(tok, messages, copt, o.gen.n_ctx, reserve);
     if (!fit.fits) {
       messages = std::move(kept);
-      std::fprintf(stderr, "k3 chat: message not sent: with the system prompt it takes more than -c/--ctx-size %lld tokens (the conversation continues)\n",
-                   static_cast<long long>(o.gen.n_ctx));
+      std::fprintf(
+          stderr,
+          "k3 chat: message not sent: with the system prompt it takes more than -c/--ctx-size %lld tokens (the conversation continues)\n",
+          static_cast<long long>(o.gen.n_ctx));
       continue;
     }
     if (fit.dropped_turns > 0)
-      std::fprintf(stderr, "k3 chat: context full: dropped the %d oldest turn(s) (%lld tokens)%s; %zu tokens of conversation kept\n",
-                   fit.dropped_turns, static_cast<long long>(fit.dropped_tokens),
-                   o.system.empty() ? "" : ", the system prompt kept", fit.prompt.size());
+      std::fprintf(
+          stderr,
+          "k3 chat: context full: dropped the %d oldest turn(s) (%lld tokens)%s; %zu tokens of conversation kept\n",
+          fit.dropped_turns, static_cast<long long>(fit.dropped_tokens),
+          o.system.empty() ? "" : ", the system prompt kept", fit.prompt.size());
     const std::vector<int32_t> prompt = std::move(fit.prompt);
 
     k3::SequenceState seq = lm.model->new_sequence();
     size_t n_continued = 0;  // prompt ids already in a resumed state
-    if (resume && resume_ids.size() < prompt.size() && std::equal(resume_ids.begin(), resume_ids.end(), prompt.begin())) {
+    if (resume && resume_ids.size() < prompt.size() &&
+        std::equal(resume_ids.begin(), resume_ids.end(), prompt.begin())) {
       seq = std::move(*resume);
       n_continued = resume_ids.size();
     }
@@ -318,7 +324,7 @@ void run(const ChatCliOptions& o) {
     ThinkingView thinking(o.thinking, tty_out);
     bool reasoning_now = copt.thinking;  // channel of the last text seen
     bool any_content = false;
-    int64_t n_thinking = 0;              // generated ids while in the think channel
+    int64_t n_thinking = 0;  // generated ids while in the think channel
     auto show = [&](const std::vector<k3::ChatPiece>& pieces) {
       for (const auto& p : pieces) {
         if (p.channel == k3::ChatChannel::Hidden) continue;
@@ -343,10 +349,10 @@ void run(const ChatCliOptions& o) {
       try {
         res = k3::generate(*lm.model, seq, std::span<const int32_t>(prompt).subspan(n_continued), sampler, go,
                            [&](int32_t id) {
-          show(stream.push(id));
-          if (reasoning_now) ++n_thinking;
-          return true;
-        });
+                             show(stream.push(id));
+                             if (reasoning_now) ++n_thinking;
+                             return true;
+                           });
       } catch (const k3::Error& e) {
         out("\n");
         throw k3::Error(k3::explain_forward_error(e, *lm.model, prompt));
@@ -358,7 +364,7 @@ void run(const ChatCliOptions& o) {
     last_thinking = thinking.text();
     out(res.stop == k3::StopReason::Cancelled ? "\n[stopped]\n" : "\n");
     if (res.stop != k3::StopReason::Cancelled && ended_in_thinking && copt.thinking) {
-      const std::string why = res.stop == k3::StopReason::MaxTokens ? "at the -n limit"
+      const std::string why = res.stop == k3::StopReason::MaxTokens     ? "at the -n limit"
                               : res.stop == k3::StopReason::ContextFull ? "with the context full"
                                                                         : "at a stop token";
       notice("[the answer ended inside its thinking (" + std::to_string(n_thinking) + " tokens, " + why +
@@ -367,7 +373,8 @@ void run(const ChatCliOptions& o) {
       notice("[answer cut at the -n limit of " + std::to_string(o.gen.n_predict) + " tokens]");
     }
     if (res.stop == k3::StopReason::ContextFull)
-      std::fprintf(stderr, "k3 chat: the answer filled the context (-c/--ctx-size %lld); the oldest turns go next turn\n",
+      std::fprintf(stderr,
+                   "k3 chat: the answer filled the context (-c/--ctx-size %lld); the oldest turns go next turn\n",
                    static_cast<long long>(o.gen.n_ctx));
 
     // History: the parsed answer (the next prompt renders it).
@@ -408,33 +415,33 @@ void run(const ChatCliOptions& o) {
   if (tty_in) out("\n");
 }
 
-k3cli::Registrar reg("chat", "Interactive multi-turn chat in the K3 chat format (Ctrl-C stops an answer, Ctrl-D exits)",
-                     [](CLI::App* sub) {
-                       auto o = std::make_shared<ChatCliOptions>();
-                       o->gen.n_predict = -1;
-                       o->gen.add_to(sub);
-                       sub->add_option("--system", o->system, "system message at the start of the conversation");
-                       sub->add_flag("--no-think", o->no_think, "disable thinking (answer directly)");
-                       sub->add_option("--effort", o->effort, "thinking effort: low, high or max")->capture_default_str();
-                       sub->add_option("--thinking", o->thinking,
-                                       "how the thinking is shown: fold (its first lines, then a count; /think "
-                                       "shows all of it), full, or hide")
-                           ->capture_default_str();
-                       sub->add_flag_callback("--show-thinking", [o] { o->thinking = "full"; },
-                                              "stream all of the thinking (--thinking full)");
-                       sub->add_flag_callback("--hide-thinking", [o] { o->thinking = "hide"; },
-                                              "print only the thinking's token count (--thinking hide)");
-                       sub->add_flag("--ignore-eos", o->ignore_eos,
-                                     "do not stop at <|end_of_msg|> / [EOS] (answers end at -n or -c; for testing)");
-                       sub->add_flag("--strict-utf8", o->strict_utf8, "refuse (skip) a message that is not valid UTF-8 (default: warn)");
-                       sub->add_flag("--stats", o->stats, "print a stats line on stderr after each answer");
-                       o->cache.add_to(sub);
-                       o->spec.add_to(sub);
-                       sub->add_option("--state-save", o->state_save,
-                                       "after every answer, save the conversation and its sequence state to this file");
-                       sub->add_option("--state-load", o->state_load,
-                                       "resume a conversation saved by --state-save");
-                       sub->callback([o] { run(*o); });
-                     });
+k3cli::Registrar reg(
+    "chat", "Interactive multi-turn chat in the K3 chat format (Ctrl-C stops an answer, Ctrl-D exits)",
+    [](CLI::App* sub) {
+      auto o = std::make_shared<ChatCliOptions>();
+      o->gen.n_predict = -1;
+      o->gen.add_to(sub);
+      sub->add_option("--system", o->system, "system message at the start of the conversation");
+      sub->add_flag("--no-think", o->no_think, "disable thinking (answer directly)");
+      sub->add_option("--effort", o->effort, "thinking effort: low, high or max")->capture_default_str();
+      sub->add_option("--thinking", o->thinking,
+                      "how the thinking is shown: fold (its first lines, then a count; /think "
+                      "shows all of it), full, or hide")
+          ->capture_default_str();
+      sub->add_flag_callback(
+          "--show-thinking", [o] { o->thinking = "full"; }, "stream all of the thinking (--thinking full)");
+      sub->add_flag_callback(
+          "--hide-thinking", [o] { o->thinking = "hide"; }, "print only the thinking's token count (--thinking hide)");
+      sub->add_flag("--ignore-eos", o->ignore_eos,
+                    "do not stop at <|end_of_msg|> / [EOS] (answers end at -n or -c; for testing)");
+      sub->add_flag("--strict-utf8", o->strict_utf8, "refuse (skip) a message that is not valid UTF-8 (default: warn)");
+      sub->add_flag("--stats", o->stats, "print a stats line on stderr after each answer");
+      o->cache.add_to(sub);
+      o->spec.add_to(sub);
+      sub->add_option("--state-save", o->state_save,
+                      "after every answer, save the conversation and its sequence state to this file");
+      sub->add_option("--state-load", o->state_load, "resume a conversation saved by --state-save");
+      sub->callback([o] { run(*o); });
+    });
 
 }  // namespace

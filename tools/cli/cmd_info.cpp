@@ -81,12 +81,12 @@ void print_human(const std::string& dir, const k3::ModelConfig& c, const k3::Che
   std::printf("checkpoint    %s\n", dir.c_str());
   std::printf("architecture  %s (model_type %s%s)\n", c.architecture.empty() ? "-" : c.architecture.c_str(),
               c.model_type.empty() ? "-" : c.model_type.c_str(), c.wrapped ? ", text model under text_config" : "");
-  std::printf("trunk         %d layers, hidden %d, vocab %d, rms_norm_eps %g, AttnRes block %d\n",
-              c.num_hidden_layers, c.hidden_size, c.vocab_size, c.rms_norm_eps, c.attn_res_block_size);
-  std::printf("KDA           %d layers: %d heads x %d, short conv %d, gate %s\n", c.n_kda_layers(), c.kda_num_heads,
-              c.kda_head_dim, c.short_conv_kernel_size,
-              c.gate_lower_bound ? ("lower bound " + fmt_g(*c.gate_lower_bound)).c_str()
-                                 : "Kimi-Linear (no lower bound)");
+  std::printf("trunk         %d layers, hidden %d, vocab %d, rms_norm_eps %g, AttnRes block %d\n", c.num_hidden_layers,
+              c.hidden_size, c.vocab_size, c.rms_norm_eps, c.attn_res_block_size);
+  std::printf(
+      "KDA           %d layers: %d heads x %d, short conv %d, gate %s\n", c.n_kda_layers(), c.kda_num_heads,
+      c.kda_head_dim, c.short_conv_kernel_size,
+      c.gate_lower_bound ? ("lower bound " + fmt_g(*c.gate_lower_bound)).c_str() : "Kimi-Linear (no lower bound)");
   std::printf("MLA           %d layers: %d heads, q_lora %d, kv_lora %d, qk %d+%d (NoPE %s), v %d, output gate %s\n",
               c.n_mla_layers(), c.num_attention_heads, c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim,
               c.qk_rope_head_dim, c.mla_use_nope ? "yes" : "no", c.v_head_dim, c.mla_use_output_gate ? "yes" : "no");
@@ -96,11 +96,12 @@ void print_human(const std::string& dir, const k3::ModelConfig& c, const k3::Che
   std::string dense;
   for (const auto& l : c.plan)
     if (l.ffn == k3::FfnKind::Dense) dense += (dense.empty() ? "" : " ") + std::to_string(l.il);
-  std::printf("FFN           %d dense (layers %s; width %d) + %d LatentMoE (%d experts, top-%d, %d shared, latent %d, "
-              "expert width %d, %s)\n",
-              c.num_hidden_layers - c.n_moe_layers(), dense.empty() ? "-" : dense.c_str(), c.intermediate_size,
-              c.n_moe_layers(), c.num_experts, c.num_experts_per_token, c.num_shared_experts,
-              c.routed_expert_hidden_size, c.moe_intermediate_size, c.hidden_act.c_str());
+  std::printf(
+      "FFN           %d dense (layers %s; width %d) + %d LatentMoE (%d experts, top-%d, %d shared, latent %d, "
+      "expert width %d, %s)\n",
+      c.num_hidden_layers - c.n_moe_layers(), dense.empty() ? "-" : dense.c_str(), c.intermediate_size,
+      c.n_moe_layers(), c.num_experts, c.num_experts_per_token, c.num_shared_experts, c.routed_expert_hidden_size,
+      c.moe_intermediate_size, c.hidden_act.c_str());
   std::printf("layer plan    (K = KDA, M = MLA, d = dense FFN, else LatentMoE; one row per AttnRes block)\n%s\n",
               k3::format_layer_plan(c).c_str());
   std::printf("parameters    total %s (%s), active per token %s (%s; excludes the embedding table)\n",
@@ -136,8 +137,7 @@ void print_human(const std::string& dir, const k3::ModelConfig& c, const k3::Che
               c.n_kda_layers(), human_bytes(sb.kda_total).c_str());
   std::printf("  MLA cache   %llu B per token per layer x %d = %llu B/token -> %s\n",
               static_cast<unsigned long long>(sb.mla_per_token_per_layer), c.n_mla_layers(),
-              static_cast<unsigned long long>(sb.mla_per_token),
-              human_bytes(sb.mla_bytes(n_ctx)).c_str());
+              static_cast<unsigned long long>(sb.mla_per_token), human_bytes(sb.mla_bytes(n_ctx)).c_str());
 }
 
 nlohmann::json to_json(const std::string& dir, const k3::ModelConfig& c, const k3::CheckpointStats& st,
@@ -220,7 +220,7 @@ std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::ModelConf
       for (const auto& e : std::filesystem::directory_iterator(dir))
         if (e.path().extension() == ".safetensors") {
           files.push_back(e.path().string());
-          struct stat sb{};
+          struct stat sb {};
           if (::stat(e.path().c_str(), &sb) == 0) {
             allocated += static_cast<uint64_t>(sb.st_blocks) * 512;
             size += static_cast<uint64_t>(sb.st_size);
@@ -229,7 +229,8 @@ std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::ModelConf
       if (files.empty()) {
         std::fprintf(stderr, "plan: no shards in %s: no drive probe; give --drive-gbs\n", o.dir.c_str());
       } else if (allocated * 2 < size) {
-        std::fprintf(stderr, "plan: the shards are sparse (%.1f of %.1f GB allocated): no drive probe; give --drive-gbs\n",
+        std::fprintf(stderr,
+                     "plan: the shards are sparse (%.1f of %.1f GB allocated): no drive probe; give --drive-gbs\n",
                      static_cast<double>(allocated) / 1e9, static_cast<double>(size) / 1e9);
       } else {
         k3::DriveProbeOptions po;  // records of this checkpoint's expert size (K3: 17.55 MB)
@@ -264,13 +265,24 @@ std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::ModelConf
 }
 
 nlohmann::json plan_json(const k3::MemoryPlan& p) {
-  return {{"ram_bytes", p.req.ram_bytes}, {"trunk_type", std::string(k3::trunk_type_name(p.req.trunk))},
-          {"stream_experts", p.req.stream_experts}, {"trunk", p.trunk}, {"states", p.states},
-          {"prefix_cache", p.prefix_cache}, {"expert_buffers", p.transient}, {"reserve", p.reserve},
-          {"expert_cache", p.expert_cache}, {"experts_total", p.experts_total}, {"total", p.total},
-          {"fits", p.fits}, {"refusal", p.refusal}, {"hit_rate", p.hit_rate},
-          {"expert_bytes_per_token", p.expert_bytes_per_token}, {"drive_bytes_per_token", p.drive_bytes_per_token},
-          {"ram_bytes_per_token", p.ram_bytes_per_token}, {"tokens_per_s_serial", p.tokens_per_s_serial},
+  return {{"ram_bytes", p.req.ram_bytes},
+          {"trunk_type", std::string(k3::trunk_type_name(p.req.trunk))},
+          {"stream_experts", p.req.stream_experts},
+          {"trunk", p.trunk},
+          {"states", p.states},
+          {"prefix_cache", p.prefix_cache},
+          {"expert_buffers", p.transient},
+          {"reserve", p.reserve},
+          {"expert_cache", p.expert_cache},
+          {"experts_total", p.experts_total},
+          {"total", p.total},
+          {"fits", p.fits},
+          {"refusal", p.refusal},
+          {"hit_rate", p.hit_rate},
+          {"expert_bytes_per_token", p.expert_bytes_per_token},
+          {"drive_bytes_per_token", p.drive_bytes_per_token},
+          {"ram_bytes_per_token", p.ram_bytes_per_token},
+          {"tokens_per_s_serial", p.tokens_per_s_serial},
           {"tokens_per_s_overlapped", p.tokens_per_s_overlapped}};
 }
 
@@ -336,8 +348,7 @@ CheckResult check_tensors(const k3::Checkpoint& ck) {
   r.bytes = total;
   for (size_t i = 0; i < ts.size(); ++i) {
     if (res[i].scanned) ++r.n_scanned;
-    if (!res[i].ok())
-      r.findings.push_back(ts[i]->file + ": tensor '" + ts[i]->name + "': " + res[i].describe(*ts[i]));
+    if (!res[i].ok()) r.findings.push_back(ts[i]->file + ": tensor '" + ts[i]->name + "': " + res[i].describe(*ts[i]));
   }
   return r;
 }
@@ -356,7 +367,8 @@ bool weights_absent(const std::filesystem::path& dir) {
 void run_info(const InfoOptions& o) {
   const bool absent = weights_absent(o.dir);
   if (absent && o.check)
-    throw k3::Error("info --check: " + o.dir + " holds no weights (no *.safetensors, no model.safetensors.index.json): nothing to scan");
+    throw k3::Error("info --check: " + o.dir +
+                    " holds no weights (no *.safetensors, no model.safetensors.index.json): nothing to scan");
   std::unique_ptr<k3::Checkpoint> ck;
   k3::ModelConfig config;
   if (absent) {
@@ -409,33 +421,32 @@ void run_info(const InfoOptions& o) {
   }
 }
 
-k3cli::Registrar reg("info", "Validate a checkpoint and print its architecture, sizes and state memory",
-                     [](CLI::App* sub) {
-                       auto opt = std::make_shared<InfoOptions>();
-                       sub->add_option("dir,-m,--model", opt->dir, "checkpoint directory (positional, or -m DIR)")->required();
-                       sub->add_option("-c,--ctx", opt->n_ctx, "context length for the state estimate (tokens)")
-                           ->capture_default_str()->check(k3cli::IntRange(0));
-                       sub->add_flag("--json", opt->json, "machine-readable output");
-                       sub->add_flag("--check", opt->check,
-                                     "also scan every tensor for NaN/Inf and impossible MXFP4 scales (reads every byte)");
-                       sub->add_flag("--plan", opt->plan, "print the memory plan for --ram-gb");
-                       sub->add_option("--ram-gb", opt->ram_gb, "machine RAM in GB for --plan (several: 64,128)")
-                           ->delimiter(',');
-                       sub->add_option("--trunk-type", opt->trunk_type, "plan: trunk type bf16 | q8 | q4")
-                           ->capture_default_str();
-                       sub->add_option("--parallel", opt->n_parallel, "plan: sequences in parallel")
-                           ->capture_default_str()->check(k3cli::IntRange(1, 1 << 20));
-                       sub->add_option("--prefix-cache-gb", opt->prefix_cache_gb, "plan: prefix cache budget in GB")
-                           ->check(CLI::Range(0.0, 1e7));
-                       sub->add_option("--expert-cache-gb", opt->expert_cache_gb,
-                                       "plan: expert cache in GB (default: all RAM the plan leaves)")
-                           ->check(CLI::Range(0.0, 1e7));
-                       sub->add_flag("--mapped", opt->mapped, "plan: experts mapped (all in RAM) instead of streamed");
-                       sub->add_option("--ram-gbs", opt->ram_gbs, "plan: RAM read bandwidth in GB/s")->check(CLI::Range(0.0, 1e6));
-                       sub->add_option("--drive-gbs", opt->drive_gbs, "plan: drive read bandwidth in GB/s")
-                           ->check(CLI::Range(0.0, 1e6));
-                       sub->add_flag("--probe", opt->probe, "plan: measure the RAM and drive bandwidths");
-                       sub->callback([opt] { run_info(*opt); });
-                     });
+k3cli::Registrar reg(
+    "info", "Validate a checkpoint and print its architecture, sizes and state memory", [](CLI::App* sub) {
+      auto opt = std::make_shared<InfoOptions>();
+      sub->add_option("dir,-m,--model", opt->dir, "checkpoint directory (positional, or -m DIR)")->required();
+      sub->add_option("-c,--ctx", opt->n_ctx, "context length for the state estimate (tokens)")
+          ->capture_default_str()
+          ->check(k3cli::IntRange(0));
+      sub->add_flag("--json", opt->json, "machine-readable output");
+      sub->add_flag("--check", opt->check,
+                    "also scan every tensor for NaN/Inf and impossible MXFP4 scales (reads every byte)");
+      sub->add_flag("--plan", opt->plan, "print the memory plan for --ram-gb");
+      sub->add_option("--ram-gb", opt->ram_gb, "machine RAM in GB for --plan (several: 64,128)")->delimiter(',');
+      sub->add_option("--trunk-type", opt->trunk_type, "plan: trunk type bf16 | q8 | q4")->capture_default_str();
+      sub->add_option("--parallel", opt->n_parallel, "plan: sequences in parallel")
+          ->capture_default_str()
+          ->check(k3cli::IntRange(1, 1 << 20));
+      sub->add_option("--prefix-cache-gb", opt->prefix_cache_gb, "plan: prefix cache budget in GB")
+          ->check(CLI::Range(0.0, 1e7));
+      sub->add_option("--expert-cache-gb", opt->expert_cache_gb,
+                      "plan: expert cache in GB (default: all RAM the plan leaves)")
+          ->check(CLI::Range(0.0, 1e7));
+      sub->add_flag("--mapped", opt->mapped, "plan: experts mapped (all in RAM) instead of streamed");
+      sub->add_option("--ram-gbs", opt->ram_gbs, "plan: RAM read bandwidth in GB/s")->check(CLI::Range(0.0, 1e6));
+      sub->add_option("--drive-gbs", opt->drive_gbs, "plan: drive read bandwidth in GB/s")->check(CLI::Range(0.0, 1e6));
+      sub->add_flag("--probe", opt->probe, "plan: measure the RAM and drive bandwidths");
+      sub->callback([opt] { run_info(*opt); });
+    });
 
 }  // namespace

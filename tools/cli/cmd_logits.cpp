@@ -44,10 +44,8 @@ std::vector<int32_t> parse_ids(const std::string& text, const std::string& origi
     tok.clear();
   };
   for (char c : text) {
-    if (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r')
-      flush();
-    else
-      tok += c;
+    if (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r') flush();
+    else tok += c;
   }
   flush();
   if (ids.empty()) throw k3::Error(origin + ": no token ids");
@@ -73,7 +71,8 @@ struct Options {
 // A .npy float32 [rows, cols] file written one row block at a time (the header first).
 class NpyRowWriter {
  public:
-  NpyRowWriter(const std::string& path, int64_t rows, int64_t cols) : path_(path), f_(path, std::ios::binary | std::ios::trunc) {
+  NpyRowWriter(const std::string& path, int64_t rows, int64_t cols)
+      : path_(path), f_(path, std::ios::binary | std::ios::trunc) {
     if (!f_) throw k3::Error("--out: cannot open '" + path + "' for writing");
     std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
                          std::to_string(cols) + "), }";
@@ -142,7 +141,8 @@ void run(const Options& o) {
   const int64_t n_vocab = model.config().vocab_size, T = static_cast<int64_t>(ids.size());
   for (int64_t t = 0; t < T; ++t)
     if (ids[static_cast<size_t>(t)] >= n_vocab)
-      throw k3::Error(std::string(o.ids.empty() ? "--ids-file" : "--ids") + ": id " + std::to_string(ids[static_cast<size_t>(t)]) + " at position " + std::to_string(t) +
+      throw k3::Error(std::string(o.ids.empty() ? "--ids-file" : "--ids") + ": id " +
+                      std::to_string(ids[static_cast<size_t>(t)]) + " at position " + std::to_string(t) +
                       " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
   k3::SequenceState seq = model.new_sequence();
   std::unique_ptr<NpyRowWriter> npy;
@@ -164,9 +164,8 @@ void run(const Options& o) {
     for (int64_t r = 0; r < n; ++r) {
       const float* row = logits.data() + r * n_vocab;
       std::iota(idx.begin(), idx.end(), 0);
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-        return row[a] != row[b] ? row[a] > row[b] : a < b;
-      });
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                        [&](int32_t a, int32_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
       std::printf("pos %lld (id %d):", static_cast<long long>(t0 + r), ids[static_cast<size_t>(t0 + r)]);
       for (int i = 0; i < k; ++i) std::printf(" %d=%.6f", idx[i], row[idx[i]]);
       std::printf("\n");
@@ -178,7 +177,8 @@ void run(const Options& o) {
       return model.forward(seq, piece, all, dump);
     } catch (const k3::Error& e) {
       if (npy) npy->discard();
-      throw k3::Error(k3::explain_forward_error(e, model, std::span<const int32_t>(ids.data(), static_cast<size_t>(upto))));
+      throw k3::Error(
+          k3::explain_forward_error(e, model, std::span<const int32_t>(ids.data(), static_cast<size_t>(upto))));
     }
   };
   std::vector<float> last_row;  // logits of the last position, for --generate
@@ -211,7 +211,8 @@ void run(const Options& o) {
       const int32_t one[1] = {next};
       std::vector<float> l = model.forward(seq, one, /*all_logits=*/false);
       if (k3::first_nonfinite(l) >= 0)
-        throw k3::Error("logits: --generate: the logits of generated token " + std::to_string(i + 1) + " are not finite");
+        throw k3::Error("logits: --generate: the logits of generated token " + std::to_string(i + 1) +
+                        " are not finite");
       next = argmax(l.data(), n_vocab);
     }
     std::printf("generated:");
@@ -221,14 +222,14 @@ void run(const Options& o) {
 }
 
 const k3cli::Registrar kReg(
-    "logits", "teacher-forced logits for a token-id sequence (.npy or top-k per position)",
-    [](CLI::App* sub) {
+    "logits", "teacher-forced logits for a token-id sequence (.npy or top-k per position)", [](CLI::App* sub) {
       auto o = std::make_shared<Options>();
       sub->add_option("-m,--model", o->model, "checkpoint directory")->required();
       sub->add_option("--ids", o->ids, "comma-separated token ids, e.g. 1,2,3");
       sub->add_option("--ids-file", o->ids_file, "file of token ids (comma/whitespace separated)");
       sub->add_option("--out", o->out, "write logits as .npy float32 [n_tokens, vocab]");
-      sub->add_option("--top-k", o->top_k, "print the top-k logits per position (default 5)")->check(k3cli::IntRange(1, INT32_MAX));
+      sub->add_option("--top-k", o->top_k, "print the top-k logits per position (default 5)")
+          ->check(k3cli::IntRange(1, INT32_MAX));
       sub->add_option("--dump", o->dump, "write named intermediates (.npy + manifest.json) to DIR");
       sub->add_option("--generate", o->generate,
                       "also print a greedy continuation of N tokens (prefill + decode steps)")

@@ -34,7 +34,6 @@ struct PplOptions {
   k3cli::NumericsFlag numerics;  ///< default k3::default_numerics()
 };
 
-
 // Progress bar on stderr: redrawn in place on a terminal, a line every ~10% otherwise.
 class Progress {
  public:
@@ -115,30 +114,36 @@ void run(const PplOptions& o) {
   }
   std::fflush(stdout);
   std::fprintf(stderr, "unigram baseline (in-sample counts, same tokens): ppl = %.4f\n", unigram);
-  std::fprintf(stderr, "load: %.0f ms | %lld tokens in %lld windows (ctx %lld, stride %lld) | %.1f s, %.1f tok/s | peak RSS: %.1f MiB\n",
-               lm.load_ms, static_cast<long long>(tokens.size()), static_cast<long long>(r.n_windows),
-               static_cast<long long>(o.n_ctx), static_cast<long long>(stride), ms / 1000.0,
-               ms > 0 ? static_cast<double>(fed) * 1000.0 / ms : 0.0,
-               static_cast<double>(k3::peak_rss_bytes()) / (1024.0 * 1024.0));
+  std::fprintf(
+      stderr,
+      "load: %.0f ms | %lld tokens in %lld windows (ctx %lld, stride %lld) | %.1f s, %.1f tok/s | peak RSS: %.1f MiB\n",
+      lm.load_ms, static_cast<long long>(tokens.size()), static_cast<long long>(r.n_windows),
+      static_cast<long long>(o.n_ctx), static_cast<long long>(stride), ms / 1000.0,
+      ms > 0 ? static_cast<double>(fed) * 1000.0 / ms : 0.0,
+      static_cast<double>(k3::peak_rss_bytes()) / (1024.0 * 1024.0));
 }
 
-k3cli::Registrar reg("perplexity", "Perplexity of a text file (sliding window, stride ctx/2 by default)",
-                     [](CLI::App* sub) {
-                       auto o = std::make_shared<PplOptions>();
-                       sub->add_option("-m,--model", o->model_dir, "K3 checkpoint directory")->required();
-                       sub->add_option("-f,--file", o->file, "text file (tokenized as one string, no [BOS])")->required();
-                       sub->add_option("-c,--ctx-size", o->n_ctx, "window size in tokens")
-                           ->capture_default_str()->check(k3cli::IntRange(2));
-                       sub->add_option("--stride", o->stride, "window step in tokens (0 = ctx-size / 2)")
-                           ->capture_default_str()->check(k3cli::IntRange(0));
-                       sub->add_option("-b,--batch-size", o->n_batch, "tokens per forward call")
-                           ->capture_default_str()->check(k3cli::IntRange(1));
-                       sub->add_option("-t,--threads", o->threads, "worker threads (0 = all hardware threads)")
-                           ->capture_default_str()->check(k3cli::IntRange(0, 1 << 20));
-                       o->input_limit.add_to(sub);
-                       o->numerics.add_to(sub);
-                       sub->add_flag("--json", o->json, "print the result as one JSON object");
-                       sub->callback([o] { run(*o); });
-                     });
+k3cli::Registrar reg(
+    "perplexity", "Perplexity of a text file (sliding window, stride ctx/2 by default)", [](CLI::App* sub) {
+      auto o = std::make_shared<PplOptions>();
+      sub->add_option("-m,--model", o->model_dir, "K3 checkpoint directory")->required();
+      sub->add_option("-f,--file", o->file, "text file (tokenized as one string, no [BOS])")->required();
+      sub->add_option("-c,--ctx-size", o->n_ctx, "window size in tokens")
+          ->capture_default_str()
+          ->check(k3cli::IntRange(2));
+      sub->add_option("--stride", o->stride, "window step in tokens (0 = ctx-size / 2)")
+          ->capture_default_str()
+          ->check(k3cli::IntRange(0));
+      sub->add_option("-b,--batch-size", o->n_batch, "tokens per forward call")
+          ->capture_default_str()
+          ->check(k3cli::IntRange(1));
+      sub->add_option("-t,--threads", o->threads, "worker threads (0 = all hardware threads)")
+          ->capture_default_str()
+          ->check(k3cli::IntRange(0, 1 << 20));
+      o->input_limit.add_to(sub);
+      o->numerics.add_to(sub);
+      sub->add_flag("--json", o->json, "print the result as one JSON object");
+      sub->callback([o] { run(*o); });
+    });
 
 }  // namespace

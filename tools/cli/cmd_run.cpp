@@ -36,12 +36,11 @@ struct RunOptions {
   bool json = false;
   bool strict_utf8 = false;
   k3cli::InputLimit input_limit;
-  std::string state_save;  ///< --state-save FILE
-  std::string state_load;  ///< --state-load FILE
+  std::string state_save;      ///< --state-save FILE
+  std::string state_load;      ///< --state-load FILE
   k3cli::CacheFlags cache{0};  // off unless --cache-dir / --cache-ram: one prompt per process
   k3cli::SpecFlags spec;       // speculative decoding
 };
-
 
 std::vector<int32_t> parse_ids(const std::string& s, int32_t vocab) {
   std::vector<int32_t> ids;
@@ -56,7 +55,8 @@ std::vector<int32_t> parse_ids(const std::string& s, int32_t vocab) {
       pos = 0;
     }
     if (pos == 0 || pos != item.size() || v < 0 || v >= vocab)
-      throw k3::Error("--prompt-ids: expected comma-separated ids in [0, " + std::to_string(vocab) + "), found '" + item + "'");
+      throw k3::Error("--prompt-ids: expected comma-separated ids in [0, " + std::to_string(vocab) + "), found '" +
+                      item + "'");
     ids.push_back(static_cast<int32_t>(v));
   }
   return ids;
@@ -72,7 +72,9 @@ void run(const RunOptions& o) {
   const k3::SamplerParams sp = o.gen.sampler_params();
   const std::string prompt_text =
       !o.prompt_file.empty() ? k3::read_file_bounded(o.prompt_file, "-f/--file", o.input_limit.limits()) : o.prompt;
-  if (o.prompt_ids.empty() && n_sources == 1) k3cli::check_utf8(prompt_text, o.strict_utf8, o.prompt_file.empty() ? "-p/--prompt" : "-f/--file '" + o.prompt_file + "'");
+  if (o.prompt_ids.empty() && n_sources == 1)
+    k3cli::check_utf8(prompt_text, o.strict_utf8,
+                      o.prompt_file.empty() ? "-p/--prompt" : "-f/--file '" + o.prompt_file + "'");
   k3cli::set_threads(o.gen.threads);
 
   const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(1);  // memory plan
@@ -93,15 +95,18 @@ void run(const RunOptions& o) {
     k3::SequenceFileMeta meta;
     seq = k3::SequenceState::load(o.state_load, lm.model->config(), &meta, fingerprint);
     history = meta.ids;
-    const nlohmann::json extra = meta.extra_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(meta.extra_json);
+    const nlohmann::json extra =
+        meta.extra_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(meta.extra_json);
     if (extra.contains("pending") && extra["pending"].is_number_integer()) {
       const int64_t id = extra["pending"].get<int64_t>();
       if (id < 0 || id >= tok.vocab_size())
-        throw k3::Error("--state-load '" + o.state_load + "': pending id " + std::to_string(id) + " outside the vocabulary");
+        throw k3::Error("--state-load '" + o.state_load + "': pending id " + std::to_string(id) +
+                        " outside the vocabulary");
       prompt.insert(prompt.begin(), static_cast<int32_t>(id));
     }
     if (prompt.empty())
-      throw k3::Error("--state-load '" + o.state_load + "': the saved sequence has no pending id; give -p, -f or --prompt-ids");
+      throw k3::Error("--state-load '" + o.state_load +
+                      "': the saved sequence has no pending id; give -p, -f or --prompt-ids");
   }
   if (prompt.empty()) throw k3::Error("k3 run: the prompt is empty (expected at least 1 token)");
   k3::check_prompt_fits(seq.n_past(), static_cast<int64_t>(prompt.size()), o.gen.n_ctx);  // before printing anything
@@ -185,14 +190,21 @@ void run(const RunOptions& o) {
     j["stop"] = k3::stop_reason_name(r.stop);
     j["stop_id"] = r.stop_id;
     j["seed"] = sp.seed;
-    j["stats"] = {{"load_ms", st.load_ms}, {"n_prompt", st.n_prompt}, {"prompt_ms", st.prompt_ms},
-                  {"n_gen", st.n_gen}, {"gen_ms", st.gen_ms}, {"peak_rss_bytes", k3::peak_rss_bytes()},
+    j["stats"] = {{"load_ms", st.load_ms},
+                  {"n_prompt", st.n_prompt},
+                  {"prompt_ms", st.prompt_ms},
+                  {"n_gen", st.n_gen},
+                  {"gen_ms", st.gen_ms},
+                  {"peak_rss_bytes", k3::peak_rss_bytes()},
                   {"state_bytes", st.state_bytes},
-                  {"threads", k3::num_threads()}, {"omp_wait", k3cli::omp_wait_policy()}};
+                  {"threads", k3::num_threads()},
+                  {"omp_wait", k3cli::omp_wait_policy()}};
     if (spec)
-      j["speculative"] = {{"drafter", spec->drafter().name()}, {"verifies", spec->stats().verifies},
-                           {"drafted", spec->stats().drafted}, {"accepted", spec->stats().accepted},
-                           {"emitted", spec->stats().emitted}};
+      j["speculative"] = {{"drafter", spec->drafter().name()},
+                          {"verifies", spec->stats().verifies},
+                          {"drafted", spec->stats().drafted},
+                          {"accepted", spec->stats().accepted},
+                          {"emitted", spec->stats().emitted}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fwrite(tail.data(), 1, tail.size(), stdout);
@@ -203,7 +215,9 @@ void run(const RunOptions& o) {
     if (r.stop == k3::StopReason::ContextFull)
       std::fprintf(stderr, "k3 run: stopped: context full (-c %lld)\n", static_cast<long long>(o.gen.n_ctx));
     std::fprintf(stderr, "%s\n", st.line().c_str());
-    if (cache) std::fprintf(stderr, "%s\n", k3cli::cache_stats_phrase(*cache, r.n_reused, static_cast<int64_t>(prompt.size())).c_str());
+    if (cache)
+      std::fprintf(stderr, "%s\n",
+                   k3cli::cache_stats_phrase(*cache, r.n_reused, static_cast<int64_t>(prompt.size())).c_str());
     if (lm.expert_store) std::fprintf(stderr, "%s\n", k3cli::expert_stream_line(*lm.expert_store).c_str());
     if (spec) std::fprintf(stderr, "%s\n", k3cli::SpecFlags::stats_line(*spec).c_str());
   }
@@ -217,7 +231,8 @@ k3cli::Registrar reg("run", "Generate a continuation of a prompt, streamed to st
                        sub->add_option("-p,--prompt", o->prompt, "prompt text (raw, no chat template, no [BOS])");
                        sub->add_option("-f,--file", o->prompt_file, "read the prompt from this file");
                        sub->add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
-                       sub->add_flag("--strict-utf8", o->strict_utf8, "refuse a prompt that is not valid UTF-8 (default: warn)");
+                       sub->add_flag("--strict-utf8", o->strict_utf8,
+                                     "refuse a prompt that is not valid UTF-8 (default: warn)");
                        o->input_limit.add_to(sub);
                        sub->add_flag("--ignore-eos", o->ignore_eos, "do not stop at <|end_of_msg|> / [EOS]");
                        sub->add_flag("--no-stats", o->no_stats, "do not print the stats line on stderr");

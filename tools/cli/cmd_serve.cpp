@@ -162,7 +162,8 @@ void serve(const ServeOptions& o) {
   cfg.host = o.host;
   cfg.port = o.port;
   cfg.policy = policy;
-  cfg.http_threads = o.http_threads > 0 ? o.http_threads : static_cast<int>(std::min<int64_t>(o.parallel + o.queue + 8, 256));
+  cfg.http_threads =
+      o.http_threads > 0 ? o.http_threads : static_cast<int>(std::min<int64_t>(o.parallel + o.queue + 8, 256));
   cfg.read_timeout_s = o.timeout_s;
   cfg.write_timeout_s = o.timeout_s;
   cfg.limits = o.conn;
@@ -172,10 +173,13 @@ void serve(const ServeOptions& o) {
   http.bind();
   http.start();
   std::fprintf(stderr, "k3 serve: listening on http://%s:%d (loading the model)\n", o.host.c_str(), http.port());
-  std::fprintf(stderr, "k3 serve: %zu API key(s), /metrics %s, cache partition %s, CORS origins: %zu, extra hosts: %zu\n",
-               policy.api_keys.size(),
-               !policy.metrics_keys.empty() ? "needs a metrics key" : !policy.api_keys.empty() ? "needs an API key" : "open",
-               k3::server::cache_partition_name(policy.partition), policy.cors_origins.size(), policy.allowed_hosts.size());
+  std::fprintf(
+      stderr, "k3 serve: %zu API key(s), /metrics %s, cache partition %s, CORS origins: %zu, extra hosts: %zu\n",
+      policy.api_keys.size(),
+      !policy.metrics_keys.empty() ? "needs a metrics key"
+      : !policy.api_keys.empty()   ? "needs an API key"
+                                   : "open",
+      k3::server::cache_partition_name(policy.partition), policy.cors_origins.size(), policy.allowed_hosts.size());
 
   const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(o.parallel);  // memory plan
   k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, o.gen.model_options(), stream);
@@ -197,19 +201,21 @@ void serve(const ServeOptions& o) {
   auto sched = std::make_unique<k3::Scheduler>(*lm.model, so);
   std::fprintf(stderr, "k3 serve: speculative decoding: %s\n", o.spec.describe().c_str());
   if (cache)
-    std::fprintf(stderr, "k3 serve: prefix cache: RAM %s, blocks of %lld tokens, a KDA snapshot (%s) every %lld blocks "
-                         "and at each prompt's last block%s\n",
+    std::fprintf(stderr,
+                 "k3 serve: prefix cache: RAM %s, blocks of %lld tokens, a KDA snapshot (%s) every %lld blocks "
+                 "and at each prompt's last block%s\n",
                  mib(cache->options().ram_bytes).c_str(), static_cast<long long>(cache->options().block_tokens),
                  mib(cache->snapshot_bytes()).c_str(), static_cast<long long>(cache->snapshot_every()),
-                 o.cache.dir.empty() ? "" : (", disk tier " + o.cache.dir + " (" + mib(cache->options().disk_bytes) + ")").c_str());
-  else
-    std::fprintf(stderr, "k3 serve: prefix cache: off\n");
+                 o.cache.dir.empty()
+                     ? ""
+                     : (", disk tier " + o.cache.dir + " (" + mib(cache->options().disk_bytes) + ")").c_str());
+  else std::fprintf(stderr, "k3 serve: prefix cache: off\n");
   const uint64_t slot = sched->slot_bytes(), total = slot * static_cast<uint64_t>(o.parallel);
   const uint64_t ram = physical_ram_bytes();
   std::fprintf(stderr, "k3 serve: sequence state %s per slot x %lld slots = %s (context %lld tokens%s; RAM %s)\n",
                mib(slot).c_str(), static_cast<long long>(o.parallel), mib(total).c_str(),
                static_cast<long long>(o.gen.n_ctx),
-               !so.speculation                ? ""
+               !so.speculation                 ? ""
                : so.speculation->drafter_bytes ? ", with the verify window's KDA records and the draft model's state"
                                                : ", with the verify window's KDA records",
                mib(ram).c_str());
@@ -227,7 +233,8 @@ void serve(const ServeOptions& o) {
   ctx.scheduler = sched.get();
   ctx.stop_ids = lm.stop_ids();
   ctx.n_ctx = o.gen.n_ctx;
-  ctx.model_id = !o.alias.empty() ? o.alias : std::filesystem::path(o.gen.model_dir).lexically_normal().filename().string();
+  ctx.model_id =
+      !o.alias.empty() ? o.alias : std::filesystem::path(o.gen.model_dir).lexically_normal().filename().string();
   if (ctx.model_id.empty()) ctx.model_id = std::filesystem::absolute(o.gen.model_dir).parent_path().filename().string();
   ctx.defaults = defaults;
   ctx.metrics = &metrics;
@@ -242,8 +249,8 @@ void serve(const ServeOptions& o) {
   if (!defaults.seed_given && sampling.rfind(" | seed") != std::string::npos)
     sampling = sampling.substr(0, sampling.rfind(" | seed")) + " | seed: per request (random unless given)";
   std::fprintf(stderr, "k3 serve: ready: model '%s' (load %.0f ms) | %s | -np %lld -c %lld --queue %lld\n",
-               ctx.model_id.c_str(), lm.load_ms, sampling.c_str(),
-               static_cast<long long>(o.parallel), static_cast<long long>(o.gen.n_ctx), static_cast<long long>(o.queue));
+               ctx.model_id.c_str(), lm.load_ms, sampling.c_str(), static_cast<long long>(o.parallel),
+               static_cast<long long>(o.gen.n_ctx), static_cast<long long>(o.queue));
 
   const int sig = signals.wait();
   std::fprintf(stderr, "k3 serve: %s: stopping (finishing running requests, at most %d s)\n",
@@ -275,84 +282,91 @@ void serve(const ServeOptions& o) {
   std::fprintf(stderr, "k3 serve: stopped\n");
 }
 
-k3cli::Registrar reg("serve", "OpenAI-compatible HTTP server (llama-server flags): /v1/chat/completions, /v1/completions, ...",
-                     [](CLI::App* sub) {
-                       auto o = std::make_shared<ServeOptions>();
-                       o->gen.n_predict = -1;
-                       o->gen.add_to(sub);
-                       sub->get_option("-n")->description(
-                           "default max_tokens of a request (-1 = until a stop token or the context is full)");
-                       sub->get_option("-c")->description("context per sequence in tokens (prompt + generated)");
-                       sub->get_option("-b")->description("tokens per engine step (decode ids + prefill pieces)");
-                       sub->get_option("--seed")->description(
-                           "RNG seed of requests that give none (default: a random seed per request)");
-                       sub->add_option("--host", o->host, "address to listen on")->capture_default_str();
-                       sub->add_option("--port", o->port, "TCP port (0 = any free port)")->capture_default_str();
-                       sub->add_option("--parallel", o->parallel, "sequences decoded together (slots); -np N is the same")
-                           ->capture_default_str();
-                       sub->add_option("--queue", o->queue, "requests that may wait for a slot (more get 429)")
-                           ->capture_default_str();
-                       sub->add_option("--api-key", o->api_keys,
-                                       "require Authorization: Bearer KEY (repeatable: any of the keys; not for "
-                                       "/health and the chat page)")
-                           ->allow_extra_args(false);
-                       sub->add_option("--api-key-file", o->api_key_files,
-                                       "file of API keys, one per line (# comments), kept off the command line; "
-                                       "refused when empty, unreadable or writable by others (repeatable)")
-                           ->allow_extra_args(false);
-                       sub->add_option("--metrics-key", o->metrics_keys,
-                                       "/metrics needs this key (and no API key opens it); without it /metrics needs "
-                                       "an API key when keys are set (repeatable)")
-                           ->allow_extra_args(false);
-                       sub->add_option("--metrics-key-file", o->metrics_key_files,
-                                       "file of metrics keys, one per line (as --api-key-file)")
-                           ->allow_extra_args(false);
-                       sub->add_option("--allowed-host", o->allowed_hosts,
-                                       "host name accepted in the Host header besides IP addresses, localhost and "
-                                       "--host (DNS-rebinding protection; * = any; repeatable)")
-                           ->allow_extra_args(false);
-                       sub->add_option("--cors-origin", o->cors_origins,
-                                       "web origin (scheme://host[:port]) whose pages may call the API (CORS; * = any; "
-                                       "repeatable); other cross-origin requests get 403")
-                           ->allow_extra_args(false);
-                       sub->add_option("--cache-partition", o->cache_partition,
-                                       "prefix-cache partitions: none, key (one per API key, when 2+ keys are set) or "
-                                       "user (per key and OpenAI `user` field): no cache hit crosses a partition")
-                           ->capture_default_str();
-                       sub->add_option("--alias", o->alias, "model id served (default: the model directory's name)");
-                       sub->add_option("--http-threads", o->http_threads,
-                                       "HTTP request threads kept ready (0 = parallel + queue + 8, at most 256); more start on "
-                                       "demand, up to --max-connections")->capture_default_str();
-                       sub->add_option("--timeout", o->timeout_s, "socket read/write timeout in seconds")
-                           ->capture_default_str()->check(CLI::PositiveNumber);
-                       sub->add_option("--max-connections", o->conn.max_connections,
-                                       "open HTTP connections allowed overall (more are answered 503 and closed)")
-                           ->capture_default_str()->check(CLI::PositiveNumber);
-                       sub->add_option("--max-connections-per-client", o->conn.max_connections_per_client,
-                                       "open HTTP connections allowed per client IP (more are answered 429 and closed)")
-                           ->capture_default_str()->check(CLI::PositiveNumber);
-                       sub->add_option("--header-timeout", o->header_timeout_s,
-                                       "seconds a request's line and headers may take to arrive, in all")
-                           ->capture_default_str()->check(CLI::PositiveNumber);
-                       sub->add_option("--body-timeout", o->body_timeout_s,
-                                       "seconds a request's body may take to arrive, in all")
-                           ->capture_default_str()->check(CLI::PositiveNumber);
-                       sub->add_option("--shutdown-timeout", o->shutdown_timeout_s,
-                                       "seconds running requests may take to finish after SIGINT/SIGTERM")
-                           ->capture_default_str()->check(CLI::NonNegativeNumber);
-                       sub->add_flag("--test-forced-output", o->test_forced_output,
-                                     "testing only: accept \"k3_forced_output\" (text with K3 markers, or ids) in "
-                                     "requests, emitted instead of sampled tokens");
-                       o->cache.add_to(sub);
-                       o->spec.add_to(sub);
-                       sub->add_option("--slot-save-path", o->slot_save_path,
-                                       "directory for POST /slots/{id}?action=save|restore files (slots then keep "
-                                       "their last sequence's state; it must be this user's and not writable by every user)");
-                       sub->add_option("--max-tokenize-tokens", o->max_tokenize_tokens,
-                                       "ids one POST /tokenize may produce (more: 413); the server's /tokenize "
-                                       "requests together reserve at most twice this (more: 429)")
-                           ->capture_default_str()->check(CLI::PositiveNumber);
-                       sub->callback([o] { serve(*o); });
-                     });
+k3cli::Registrar reg(
+    "serve", "OpenAI-compatible HTTP server (llama-server flags): /v1/chat/completions, /v1/completions, ...",
+    [](CLI::App* sub) {
+      auto o = std::make_shared<ServeOptions>();
+      o->gen.n_predict = -1;
+      o->gen.add_to(sub);
+      sub->get_option("-n")->description(
+          "default max_tokens of a request (-1 = until a stop token or the context is full)");
+      sub->get_option("-c")->description("context per sequence in tokens (prompt + generated)");
+      sub->get_option("-b")->description("tokens per engine step (decode ids + prefill pieces)");
+      sub->get_option("--seed")->description(
+          "RNG seed of requests that give none (default: a random seed per request)");
+      sub->add_option("--host", o->host, "address to listen on")->capture_default_str();
+      sub->add_option("--port", o->port, "TCP port (0 = any free port)")->capture_default_str();
+      sub->add_option("--parallel", o->parallel, "sequences decoded together (slots); -np N is the same")
+          ->capture_default_str();
+      sub->add_option("--queue", o->queue, "requests that may wait for a slot (more get 429)")->capture_default_str();
+      sub->add_option("--api-key", o->api_keys,
+                      "require Authorization: Bearer KEY (repeatable: any of the keys; not for "
+                      "/health and the chat page)")
+          ->allow_extra_args(false);
+      sub->add_option("--api-key-file", o->api_key_files,
+                      "file of API keys, one per line (# comments), kept off the command line; "
+                      "refused when empty, unreadable or writable by others (repeatable)")
+          ->allow_extra_args(false);
+      sub->add_option("--metrics-key", o->metrics_keys,
+                      "/metrics needs this key (and no API key opens it); without it /metrics needs "
+                      "an API key when keys are set (repeatable)")
+          ->allow_extra_args(false);
+      sub->add_option("--metrics-key-file", o->metrics_key_files,
+                      "file of metrics keys, one per line (as --api-key-file)")
+          ->allow_extra_args(false);
+      sub->add_option("--allowed-host", o->allowed_hosts,
+                      "host name accepted in the Host header besides IP addresses, localhost and "
+                      "--host (DNS-rebinding protection; * = any; repeatable)")
+          ->allow_extra_args(false);
+      sub->add_option("--cors-origin", o->cors_origins,
+                      "web origin (scheme://host[:port]) whose pages may call the API (CORS; * = any; "
+                      "repeatable); other cross-origin requests get 403")
+          ->allow_extra_args(false);
+      sub->add_option("--cache-partition", o->cache_partition,
+                      "prefix-cache partitions: none, key (one per API key, when 2+ keys are set) or "
+                      "user (per key and OpenAI `user` field): no cache hit crosses a partition")
+          ->capture_default_str();
+      sub->add_option("--alias", o->alias, "model id served (default: the model directory's name)");
+      sub->add_option("--http-threads", o->http_threads,
+                      "HTTP request threads kept ready (0 = parallel + queue + 8, at most 256); more start on "
+                      "demand, up to --max-connections")
+          ->capture_default_str();
+      sub->add_option("--timeout", o->timeout_s, "socket read/write timeout in seconds")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+      sub->add_option("--max-connections", o->conn.max_connections,
+                      "open HTTP connections allowed overall (more are answered 503 and closed)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+      sub->add_option("--max-connections-per-client", o->conn.max_connections_per_client,
+                      "open HTTP connections allowed per client IP (more are answered 429 and closed)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+      sub->add_option("--header-timeout", o->header_timeout_s,
+                      "seconds a request's line and headers may take to arrive, in all")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+      sub->add_option("--body-timeout", o->body_timeout_s, "seconds a request's body may take to arrive, in all")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+      sub->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                      "seconds running requests may take to finish after SIGINT/SIGTERM")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber);
+      sub->add_flag("--test-forced-output", o->test_forced_output,
+                    "testing only: accept \"k3_forced_output\" (text with K3 markers, or ids) in "
+                    "requests, emitted instead of sampled tokens");
+      o->cache.add_to(sub);
+      o->spec.add_to(sub);
+      sub->add_option("--slot-save-path", o->slot_save_path,
+                      "directory for POST /slots/{id}?action=save|restore files (slots then keep "
+                      "their last sequence's state; it must be this user's and not writable by every user)");
+      sub->add_option("--max-tokenize-tokens", o->max_tokenize_tokens,
+                      "ids one POST /tokenize may produce (more: 413); the server's /tokenize "
+                      "requests together reserve at most twice this (more: 429)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+      sub->callback([o] { serve(*o); });
+    });
 
 }  // namespace

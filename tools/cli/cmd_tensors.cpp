@@ -83,14 +83,11 @@ void run_tensors(const TensorsOptions& o) {
   std::printf("%s\n", j.dump(1).c_str());
 }
 
-k3cli::Registrar reg("tensors", "List the text tensors the tensor table expects for a config.json",
-                     [](CLI::App* sub) {
-                       auto opt = std::make_shared<TensorsOptions>();
-                       sub->add_option("config", opt->config, "config.json, or a model folder holding one")
-                           ->required();
-                       sub->add_flag("--json", opt->json,
-                                     "machine-readable: the table's rows (kinds) and every stored tensor");
-                       sub->callback([opt] { run_tensors(*opt); });
-                     });
+k3cli::Registrar reg("tensors", "List the text tensors the tensor table expects for a config.json", [](CLI::App* sub) {
+  auto opt = std::make_shared<TensorsOptions>();
+  sub->add_option("config", opt->config, "config.json, or a model folder holding one")->required();
+  sub->add_flag("--json", opt->json, "machine-readable: the table's rows (kinds) and every stored tensor");
+  sub->callback([opt] { run_tensors(*opt); });
+});
 
 }  // namespace

@@ -60,8 +60,11 @@ std::string show_bytes(std::string_view b) {
     else if (c == '\r') o += "\\r";
     else if (c == '\t') o += "\\t";
     else if (c == '\\') o += "\\\\";
-    else if (c < 0x20 || c == 0x7F) { char buf[8]; std::snprintf(buf, sizeof buf, "\\x%02x", c); o += buf; }
-    else o.push_back(static_cast<char>(c));
+    else if (c < 0x20 || c == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      o += buf;
+    } else o.push_back(static_cast<char>(c));
   }
   return o;
 }
@@ -105,7 +108,8 @@ void run_tokenize(const TokenizeOpts& o) {
     nlohmann::ordered_json messages = j;
     k3::ChatOptions opt;
     if (j.is_object()) {
-      if (!j.contains("messages")) throw k3::Error(o.chat + ": expected a list of messages or an object with \"messages\"");
+      if (!j.contains("messages"))
+        throw k3::Error(o.chat + ": expected a list of messages or an object with \"messages\"");
       messages = j["messages"];
       if (j.contains("kwargs")) opt = k3::ChatOptions::from_kwargs(j["kwargs"]);
       if (j.contains("tools") && !j["tools"].is_null()) opt.tools = j["tools"];
@@ -176,30 +180,34 @@ void run_detokenize(const DetokenizeOpts& o) {
   std::printf("\n");
 }
 
-const k3cli::Registrar kTokenize("tokenize", "text or a chat JSON -> token ids (Kimi tiktoken + K3 chat format)", [](CLI::App* sub) {
-  auto o = std::make_shared<TokenizeOpts>();
-  add_vocab_opts(sub, o->vocab);
-  sub->add_option("text", o->text, "text to encode (default: --file, else stdin)");
-  sub->add_option("-f,--file", o->file, "read the text from FILE ('-' = stdin)");
-  sub->add_option("--chat", o->chat, "render a conversation JSON (list of messages, or {messages, tools, kwargs})");
-  sub->add_flag("--ids-only", o->ids_only, "print only the ids, space-separated, on one line");
-  sub->add_flag("--allow-special", o->allow_special, "turn special-token spellings in the text into control ids");
-  sub->add_flag("--no-thinking", o->no_thinking, "chat: enable_thinking=false");
-  sub->add_option("--effort", o->effort, "chat: thinking_effort low|high|max|none")->check(CLI::IsMember({"low", "high", "max", "none"}));
-  sub->add_flag("--no-generation-prompt", o->no_gen_prompt, "chat: add_generation_prompt=false");
-  sub->add_flag("--show-text", o->show_text, "chat: also print the rendered text");
-  sub->add_flag("--timing", o->timing, "print load time and encode MB/s to stderr");
-  sub->callback([o] { run_tokenize(*o); });
-});
+const k3cli::Registrar kTokenize(
+    "tokenize", "text or a chat JSON -> token ids (Kimi tiktoken + K3 chat format)", [](CLI::App* sub) {
+      auto o = std::make_shared<TokenizeOpts>();
+      add_vocab_opts(sub, o->vocab);
+      sub->add_option("text", o->text, "text to encode (default: --file, else stdin)");
+      sub->add_option("-f,--file", o->file, "read the text from FILE ('-' = stdin)");
+      sub->add_option("--chat", o->chat, "render a conversation JSON (list of messages, or {messages, tools, kwargs})");
+      sub->add_flag("--ids-only", o->ids_only, "print only the ids, space-separated, on one line");
+      sub->add_flag("--allow-special", o->allow_special, "turn special-token spellings in the text into control ids");
+      sub->add_flag("--no-thinking", o->no_thinking, "chat: enable_thinking=false");
+      sub->add_option("--effort", o->effort, "chat: thinking_effort low|high|max|none")
+          ->check(CLI::IsMember({"low", "high", "max", "none"}));
+      sub->add_flag("--no-generation-prompt", o->no_gen_prompt, "chat: add_generation_prompt=false");
+      sub->add_flag("--show-text", o->show_text, "chat: also print the rendered text");
+      sub->add_flag("--timing", o->timing, "print load time and encode MB/s to stderr");
+      sub->callback([o] { run_tokenize(*o); });
+    });
 
-const k3cli::Registrar kDetokenize("detokenize", "token ids -> text (bytes concatenated, no spaces around specials)", [](CLI::App* sub) {
-  auto o = std::make_shared<DetokenizeOpts>();
-  add_vocab_opts(sub, o->vocab);
-  sub->add_option("ids", o->ids, "ids (space/comma separated; default: --file, else stdin)");
-  sub->add_option("-f,--file", o->file, "read ids from FILE");
-  sub->add_flag("--show", o->show, "one line per id: id<TAB>bytes");
-  sub->add_flag("--skip-special", o->skip_special, "drop specials flagged special=true (keeps <|open|>, <|close|>, <|sep|>)");
-  sub->callback([o] { run_detokenize(*o); });
-});
+const k3cli::Registrar kDetokenize(
+    "detokenize", "token ids -> text (bytes concatenated, no spaces around specials)", [](CLI::App* sub) {
+      auto o = std::make_shared<DetokenizeOpts>();
+      add_vocab_opts(sub, o->vocab);
+      sub->add_option("ids", o->ids, "ids (space/comma separated; default: --file, else stdin)");
+      sub->add_option("-f,--file", o->file, "read ids from FILE");
+      sub->add_flag("--show", o->show, "one line per id: id<TAB>bytes");
+      sub->add_flag("--skip-special", o->skip_special,
+                    "drop specials flagged special=true (keeps <|open|>, <|close|>, <|sep|>)");
+      sub->callback([o] { run_detokenize(*o); });
+    });
 
 }  // namespace

@@ -66,9 +66,7 @@ const std::vector<LlamaFlag>& llama_flags() {
        "runs one sequence",
        "serve",
        "k3 serve always batches continuously (-np/--parallel sequences per forward); the flag is not needed"},
-      {{"-nocb", "--no-cont-batching"},
-       "k3 serve always batches continuously; -np 1 serves one request at a time",
-       ""},
+      {{"-nocb", "--no-cont-batching"}, "k3 serve always batches continuously; -np 1 serves one request at a time", ""},
       {{"-cnv", "--conversation", "-i", "--interactive", "-if", "--interactive-first", "-st", "--single-turn"},
        "use k3 chat -m DIR for a conversation (k3 run continues one prompt)",
        ""},
@@ -339,7 +337,7 @@ std::string error_text(const CLI::App& app, const CLI::ParseError& e) {
         if (rest.find(" required ") != std::string::npos && rest.size() > 8 &&
             rest.compare(rest.size() - 8, 8, " missing") == 0)
           rest = ": needs a value (" + op->get_type_name().substr(0, op->get_type_name().find(':')) +
-                 ")";  // CLI11: "1 required TEXT missing"
+                 ")";                                                   // CLI11: "1 required TEXT missing"
         const std::string most = ": At Most 1 required but received ";  // CLI11: given twice
         if (rest.rfind(most, 0) == 0) rest = ": given " + rest.substr(most.size()) + " times, expected once";
         // CLI::IsMember: "q9 not in {bf16,q8,q4}"
@@ -359,9 +357,11 @@ std::string error_text(const CLI::App& app, const CLI::ParseError& e) {
     if (sep != std::string::npos)
       if (const CLI::Option* op = option(msg.substr(conv.size(), sep - conv.size()))) {
         const std::string type = op->get_type_name();
-        const std::string what = type == "INT" ? "an integer" : type == "UINT" ? "a non-negative integer"
-                                 : type == "FLOAT" ? "a number" : type == "BOOLEAN" ? "true or false"
-                                                    : type;
+        const std::string what = type == "INT"       ? "an integer"
+                                 : type == "UINT"    ? "a non-negative integer"
+                                 : type == "FLOAT"   ? "a number"
+                                 : type == "BOOLEAN" ? "true or false"
+                                                     : type;
         return flag_names(*op) + ": expected " + what + ", found '" + msg.substr(sep + 3) + "'";
       }
     return msg;

@@ -55,7 +55,7 @@ inline CLI::Validator IntRange(int64_t lo, int64_t hi = std::numeric_limits<int6
         return {};
       },
       hi == std::numeric_limits<int64_t>::max() ? ">= " + std::to_string(lo)
-                                                 : "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+                                                : "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
 /// --max-input-mib N: the bound of a file read into memory (-f, --ids-file), default 1024 MiB.

@@ -39,7 +39,8 @@ inline std::string expert_stream_line(const k3::ExpertStore& s) {
                 "experts streamed (%s, cache %.2f GB): %llu acquired, hit rate %.1f%%, %.3f GB read in %llu reads, "
                 "%.2f s waiting for reads",
                 s.io_mode().c_str(), static_cast<double>(s.options().cache_bytes) / 1e9,
-                static_cast<unsigned long long>(n), n ? 100.0 * static_cast<double>(st.hits) / static_cast<double>(n) : 0.0,
+                static_cast<unsigned long long>(n),
+                n ? 100.0 * static_cast<double>(st.hits) / static_cast<double>(n) : 0.0,
                 static_cast<double>(st.bytes_read) / 1e9, static_cast<unsigned long long>(st.reads), st.wait_seconds);
   return b;
 }
@@ -52,7 +53,7 @@ struct GenFlags {
   int64_t n_batch = 512;
   int threads = 0;  ///< 0 = all hardware threads
   k3::SamplerParams sampling;
-  uint64_t seed = 0;         ///< the --seed value (any uint64); meaningful when seed_is_given
+  uint64_t seed = 0;           ///< the --seed value (any uint64); meaningful when seed_is_given
   bool seed_is_given = false;  ///< false = draw a random seed (printed in the stats, so it replays)
   bool seed_given() const { return seed_is_given; }
   // Experts streamed from SSD: --stream-experts, implied by --expert-cache-gb.
@@ -61,7 +62,7 @@ struct GenFlags {
   int io_threads = 16;         ///< expert reads in flight
   bool no_direct_io = false;   ///< buffered pread instead of O_DIRECT
   bool expert_cache_given = false;
-  double ram_gb = 0;           ///< --ram-gb: check the memory plan at start-up (0 = off unless streaming)
+  double ram_gb = 0;  ///< --ram-gb: check the memory plan at start-up (0 = off unless streaming)
   std::string trunk_type = "bf16";
 
   /// Model options of these flags (--trunk-type, --numerics, -t; K3_* via exec_flags.h).
@@ -89,8 +90,9 @@ struct GenFlags {
     co.map_data = false;
     const auto ck = k3::Checkpoint::open(model_dir, co);
     k3::PlanRequest r;
-    r.ram_bytes = ram_gb > 0 ? static_cast<uint64_t>(ram_gb * 1e9)
-                             : static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    r.ram_bytes = ram_gb > 0
+                      ? static_cast<uint64_t>(ram_gb * 1e9)
+                      : static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     r.trunk = *k3::trunk_type_from_name(trunk_type == "q8" || trunk_type == "q4" ? trunk_type : "bf16");
     r.stream_experts = stream_experts;
     if (expert_cache_given) r.expert_cache_bytes = static_cast<uint64_t>(expert_cache_gb * 1e9);
@@ -119,13 +121,17 @@ struct GenFlags {
     sub->add_option("-m,--model", model_dir, "K3 checkpoint directory (config.json, safetensors, tiktoken.model)")
         ->required();
     sub->add_option("-n,--n-predict", n_predict, "tokens to generate (-1 = until a stop token or the context is full)")
-        ->capture_default_str()->check(IntRange(-1));
+        ->capture_default_str()
+        ->check(IntRange(-1));
     sub->add_option("-c,--ctx-size", n_ctx, "context size in tokens (prompt + generated)")
-        ->capture_default_str()->check(IntRange(1));
+        ->capture_default_str()
+        ->check(IntRange(1));
     sub->add_option("-b,--batch-size", n_batch, "prompt tokens per forward call")
-        ->capture_default_str()->check(IntRange(1));
+        ->capture_default_str()
+        ->check(IntRange(1));
     sub->add_option("-t,--threads", threads, "worker threads (0 = all hardware threads)")
-        ->capture_default_str()->check(IntRange(0, 1 << 20));
+        ->capture_default_str()
+        ->check(IntRange(0, 1 << 20));
     sub->add_option("--temp", sampling.temp, "temperature (0 = greedy, ties to the lowest id)")->capture_default_str();
     sub->add_option("--top-k", sampling.top_k, "keep the k most likely tokens (0 = off)")
         ->check(IntRange(0, INT32_MAX))
@@ -137,12 +143,14 @@ struct GenFlags {
     sub->add_option("--repeat-penalty", sampling.repeat_penalty, "penalize repeats of the last N tokens (1 = off)")
         ->capture_default_str();
     sub->add_option("--repeat-last-n", sampling.repeat_last_n, "N for --repeat-penalty (0 = off, -1 = all)")
-        ->capture_default_str()->check(IntRange(-1, INT32_MAX));
+        ->capture_default_str()
+        ->check(IntRange(-1, INT32_MAX));
     sub->add_option_function<std::string>(
            "--seed",
            [this](const std::string& v) {
              if (!parse_uint64(v, seed))
-               throw CLI::ValidationError("--seed", "expected an integer in [0, 18446744073709551615], found '" + v + "'");
+               throw CLI::ValidationError("--seed",
+                                          "expected an integer in [0, 18446744073709551615], found '" + v + "'");
              seed_is_given = true;
            },
            "RNG seed, any unsigned 64-bit integer (default: random, printed in the stats; that value replays the run)")
@@ -153,7 +161,8 @@ struct GenFlags {
            "--expert-cache-gb",
            [this](double v) {
              if (!(v >= 0 && v <= 1e6))
-               throw CLI::ValidationError("--expert-cache-gb", "expected a number of GB in [0, 1e6], found " + number_text(v));
+               throw CLI::ValidationError("--expert-cache-gb",
+                                          "expected a number of GB in [0, 1e6], found " + number_text(v));
              expert_cache_gb = v;
              expert_cache_given = true;
              stream_experts = true;
@@ -161,12 +170,16 @@ struct GenFlags {
            "streamed experts: LRU cache budget in GB (0 = no cache); implies --stream-experts")
         ->type_name("GB");
     sub->add_option("--io-threads", io_threads, "streamed experts: reads in flight")
-        ->capture_default_str()->check(IntRange(1, 1024));
+        ->capture_default_str()
+        ->check(IntRange(1, 1024));
     sub->add_flag("--no-direct-io", no_direct_io, "streamed experts: buffered pread instead of O_DIRECT");
-    sub->add_option("--ram-gb", ram_gb, "check the memory plan for this much RAM (GB) at start-up; refuse if it does not fit")
+    sub->add_option("--ram-gb", ram_gb,
+                    "check the memory plan for this much RAM (GB) at start-up; refuse if it does not fit")
         ->check(CLI::Range(0.0, 1e7));
-    sub->add_option("--trunk-type", trunk_type, "trunk weights in RAM: bf16 (as published), q8 or q4 (quantized at load)")
-        ->capture_default_str()->check(CLI::IsMember({"bf16", "q8", "q4"}));
+    sub->add_option("--trunk-type", trunk_type,
+                    "trunk weights in RAM: bf16 (as published), q8 or q4 (quantized at load)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"bf16", "q8", "q4"}));
     numerics.add_to(sub);
   }
 

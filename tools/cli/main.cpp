@@ -60,8 +60,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "k3: error: %s\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "k3: error: out of memory (an allocation failed; inputs are bounded by --max-input-mib, "
-                         "the state by -c/--ctx-size)\n");
+    std::fprintf(stderr,
+                 "k3: error: out of memory (an allocation failed; inputs are bounded by --max-input-mib, "
+                 "the state by -c/--ctx-size)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "k3: error: %s\n", e.what());

@@ -47,8 +47,8 @@ class ProgressBar {
       const int width = 30, fill = total > 0 ? static_cast<int>(static_cast<double>(width) * done / total + 0.5) : 0;
       std::string bar(static_cast<std::size_t>(fill < 0 ? 0 : fill > width ? width : fill), '=');
       bar.resize(width, ' ');
-      std::fprintf(stderr, "\r%s [%s] %lld/%lld (%d%%) %.0f s", what_.c_str(), bar.c_str(), static_cast<long long>(done),
-                   static_cast<long long>(total), pct, since_start);
+      std::fprintf(stderr, "\r%s [%s] %lld/%lld (%d%%) %.0f s", what_.c_str(), bar.c_str(),
+                   static_cast<long long>(done), static_cast<long long>(total), pct, since_start);
       open_line_ = true;
     } else {
       if (shown_ && !complete && since_last < 5.0) return;

@@ -22,11 +22,11 @@
 namespace k3cli {
 
 struct SpecFlags {
-  std::string draft_model;         ///< --draft-model DIR
-  std::string spec_type;           ///< --spec-type; empty = draft with --draft-model, else none
-  int64_t draft_max = 4;           ///< --draft-max (4: the best measured, docs/performance.md)
-  int64_t draft_min = 0;           ///< --draft-min
-  int64_t ngram_n = 3;             ///< --spec-ngram-size-n
+  std::string draft_model;  ///< --draft-model DIR
+  std::string spec_type;    ///< --spec-type; empty = draft with --draft-model, else none
+  int64_t draft_max = 4;    ///< --draft-max (4: the best measured, docs/performance.md)
+  int64_t draft_min = 0;    ///< --draft-min
+  int64_t ngram_n = 3;      ///< --spec-ngram-size-n
 
   void add_to(CLI::App* sub) {
     sub->add_option("--draft-model", draft_model,
@@ -36,11 +36,14 @@ struct SpecFlags {
                     "output) or draft (--draft-model); default: draft when --draft-model is given, else none")
         ->check(CLI::IsMember({"none", "ngram-simple", "draft"}));
     sub->add_option("--draft-max,--draft", draft_max, "most draft tokens verified per target forward")
-        ->capture_default_str()->check(IntRange(1, 64));
+        ->capture_default_str()
+        ->check(IntRange(1, 64));
     sub->add_option("--draft-min", draft_min, "fewer draft tokens than this: a plain decode step instead")
-        ->capture_default_str()->check(IntRange(0, 64));
+        ->capture_default_str()
+        ->check(IntRange(0, 64));
     sub->add_option("--spec-ngram-size-n", ngram_n, "ngram-simple: longest n-gram matched (tries n down to 1)")
-        ->capture_default_str()->check(IntRange(1, 64));
+        ->capture_default_str()
+        ->check(IntRange(1, 64));
   }
 
   /// The speculator these flags ask for, or null (none). Opens --draft-model into `draft` (same
@@ -51,7 +54,8 @@ struct SpecFlags {
     const std::string type = resolved_type();
     if (type == "none") return nullptr;
     const k3::SpecOptions so = options();
-    if (type == "ngram-simple") return std::make_unique<k3::Speculator>(std::make_unique<k3::NgramDrafter>(ngram_n), so);
+    if (type == "ngram-simple")
+      return std::make_unique<k3::Speculator>(std::make_unique<k3::NgramDrafter>(ngram_n), so);
     open_draft(target, mo, draft);
     return std::make_unique<k3::Speculator>(
         std::make_unique<k3::DraftModelDrafter>(*draft.model, sp, target.tokenizer->vocab_size()), so);

@@ -22,18 +22,18 @@ namespace k3::avx2 {
 
 // The two paths of gemm_bf16 on their own, for k3_bench_kernels (not in avx2_kernels.h or the
 // KernelTable; same contract as gemm_bf16).
-void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
-                      int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
-void gemm_bf16_panel(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
-                     int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t, float* y,
+                      int64_t ldy, int64_t r0, int64_t r1);
+void gemm_bf16_panel(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t, float* y,
+                     int64_t ldy, int64_t r0, int64_t r1);
 
 namespace {
 
 // ---------------------------------------------------------------- row-dot path (T small)
 
 template <int R, int N>
-void micro(const uint16_t* w, int64_t ldw, const float* x, int64_t ldx, int64_t kn, float* y,
-           int64_t ldy, bool accumulate) {
+void micro(const uint16_t* w, int64_t ldw, const float* x, int64_t ldx, int64_t kn, float* y, int64_t ldy,
+           bool accumulate) {
   __m256 acc[R][N];
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < N; ++n) acc[r][n] = _mm256_setzero_ps();
@@ -56,8 +56,7 @@ void micro(const uint16_t* w, int64_t ldw, const float* x, int64_t ldx, int64_t 
     }
 }
 
-using MicroFn = void (*)(const uint16_t*, int64_t, const float*, int64_t, int64_t, float*, int64_t,
-                         bool);
+using MicroFn = void (*)(const uint16_t*, int64_t, const float*, int64_t, int64_t, float*, int64_t, bool);
 constexpr int kR = 4, kN = 3;
 constexpr MicroFn kMicro[kR][kN] = {
     {micro<1, 1>, micro<1, 2>, micro<1, 3>},
@@ -73,8 +72,8 @@ constexpr MicroFn kMicro[kR][kN] = {
 constexpr int kPanelMinTokens = 4;
 constexpr int kPanelMinTokensWideK = 16;
 constexpr int64_t kWideK = 1024;
-constexpr int kP = 16;              // weight rows per panel (2 ymm)
-constexpr int kTB = 6;              // tokens per micro-kernel call (12 accumulators)
+constexpr int kP = 16;  // weight rows per panel (2 ymm)
+constexpr int kTB = 6;  // tokens per micro-kernel call (12 accumulators)
 // K block = the row-dot kernel's (1024, which the bitwise-equal results need): the packed panel
 // is <= 1024 x 16 fp32 = 64 KiB (L1 for K <= 384, else L2: 2 loads per 12 FMAs is within L2's
 // bandwidth); token tile 64: the X tile (64 x 1024 fp32 = 256 KiB) stays in L2.
@@ -92,8 +91,7 @@ inline int panel_slot(int i) { return (i & 3) | (((i >> 2) & 1) << 3) | (((i >> 
 // Packs rows p[0..16) (each a pointer to kn bf16 values) into buf as fp32 [kn][16], and
 // prefetches the next panel's rows pn[0..16) (kn_next values each): the K blocks of one row are
 // not read one after the other, so the hardware stream prefetchers do not see them coming.
-void pack_panel(const uint16_t* const* p, int64_t kn, float* buf, const uint16_t* const* pn,
-                int64_t kn_next) {
+void pack_panel(const uint16_t* const* p, int64_t kn, float* buf, const uint16_t* const* pn, int64_t kn_next) {
   const __m256i zero = _mm256_setzero_si256();
   int64_t k = 0;
   for (; k + 8 <= kn; k += 8) {
@@ -102,32 +100,30 @@ void pack_panel(const uint16_t* const* p, int64_t kn, float* buf, const uint16_t
     // r[i] = [row i | row i+8], 8 bf16 each (columns k..k+7)
     __m256i r[8];
     for (int i = 0; i < 8; ++i)
-      r[i] = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[i] + k))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[i + 8] + k)), 1);
+      r[i] =
+          _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[i] + k))),
+                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[i + 8] + k)), 1);
     const __m256i t0 = _mm256_unpacklo_epi16(r[0], r[1]), t1 = _mm256_unpackhi_epi16(r[0], r[1]);
     const __m256i t2 = _mm256_unpacklo_epi16(r[2], r[3]), t3 = _mm256_unpackhi_epi16(r[2], r[3]);
     const __m256i t4 = _mm256_unpacklo_epi16(r[4], r[5]), t5 = _mm256_unpackhi_epi16(r[4], r[5]);
     const __m256i t6 = _mm256_unpacklo_epi16(r[6], r[7]), t7 = _mm256_unpackhi_epi16(r[6], r[7]);
     // u[c/2] (rows 0-3 | 8-11) holds columns c, c+1; v[c/2] the same for rows 4-7 | 12-15
-    const __m256i u[4] = {_mm256_unpacklo_epi32(t0, t2), _mm256_unpackhi_epi32(t0, t2),
-                          _mm256_unpacklo_epi32(t1, t3), _mm256_unpackhi_epi32(t1, t3)};
-    const __m256i v[4] = {_mm256_unpacklo_epi32(t4, t6), _mm256_unpackhi_epi32(t4, t6),
-                          _mm256_unpacklo_epi32(t5, t7), _mm256_unpackhi_epi32(t5, t7)};
+    const __m256i u[4] = {_mm256_unpacklo_epi32(t0, t2), _mm256_unpackhi_epi32(t0, t2), _mm256_unpacklo_epi32(t1, t3),
+                          _mm256_unpackhi_epi32(t1, t3)};
+    const __m256i v[4] = {_mm256_unpacklo_epi32(t4, t6), _mm256_unpackhi_epi32(t4, t6), _mm256_unpacklo_epi32(t5, t7),
+                          _mm256_unpackhi_epi32(t5, t7)};
     float* d = buf + k * kP;
     for (int c = 0; c < 4; ++c) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(d + (2 * c) * kP), _mm256_unpacklo_epi16(zero, u[c]));
       _mm256_store_si256(reinterpret_cast<__m256i*>(d + (2 * c) * kP + 8), _mm256_unpacklo_epi16(zero, v[c]));
       _mm256_store_si256(reinterpret_cast<__m256i*>(d + (2 * c + 1) * kP), _mm256_unpackhi_epi16(zero, u[c]));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(d + (2 * c + 1) * kP + 8),
-                         _mm256_unpackhi_epi16(zero, v[c]));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(d + (2 * c + 1) * kP + 8), _mm256_unpackhi_epi16(zero, v[c]));
     }
   }
   for (; k < kn; ++k)
     for (int i = 0; i < kP; ++i) buf[k * kP + panel_slot(i)] = bf16_scalar(p[i] + k);
   if (kn_next > 0)  // the last line of each next row (its start may not be 64-byte aligned)
-    for (int i = 0; i < kP; ++i)
-      _mm_prefetch(reinterpret_cast<const char*>(pn[i] + kn_next - 1), _MM_HINT_T0);
+    for (int i = 0; i < kP; ++i) _mm_prefetch(reinterpret_cast<const char*>(pn[i] + kn_next - 1), _MM_HINT_T0);
 }
 
 // Y[n, 0..rn) (+)= Σ_{k<kn} panel[k][·]·x[n, k] for n < N. l<n> holds rows 0-3 | 8-11, h<n>
@@ -167,8 +163,8 @@ inline void store_y(float* d, int rn, __m256 lo, __m256 hi) {
 // 6 tokens x 16 rows at once (12 accumulators), is parked in `ch`, and the sums are formed
 // after the 8 chains.
 template <int N>
-void panel_micro(const float* buf, int64_t kn, const float* x, int64_t ldx, float* y, int64_t ldy,
-                 bool accumulate, int rn) {
+void panel_micro(const float* buf, int64_t kn, const float* x, int64_t ldx, float* y, int64_t ldy, bool accumulate,
+                 int rn) {
   static_assert(N >= 1 && N <= 6, "6 tokens x 16 rows = 12 accumulators");
   alignas(32) float ch[8][2 * N][8];  // [chain j][accumulator][lane]
   // (named accumulators, not an array: GCC keeps an array of __m256 in memory across the loop)
@@ -251,8 +247,8 @@ constexpr PanelFn kPanelMicro[kTB] = {panel_micro<1>, panel_micro<2>, panel_micr
 
 // The row-dot kernel for every T (the only kernel before the panel path; kept for T < 4 and as
 // the benchmark's "previous version"). Not part of the KernelTable.
-void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
-                      int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t, float* y,
+                      int64_t ldy, int64_t r0, int64_t r1) {
   // Every output is summed in K blocks of 1024 (one horizontal sum per block, blocks added in
   // order), whatever T: a token's outputs are then the same bits alone (decode, T == 1) as in a
   // batch of any size (continuous batching; tests/kernels/test_batch_invariance.cpp). T == 1
@@ -278,8 +274,8 @@ void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x,
         const int64_t rn = r1 - r < kR ? r1 - r : kR;
         for (int64_t j = 0; j < tn; j += kN) {
           const int64_t nn = tn - j < kN ? tn - j : kN;
-          kMicro[rn - 1][nn - 1](w + r * ldw + k0, ldw, x + (t0 + j) * ldx + k0, ldx, kn,
-                                 y + (t0 + j) * ldy + r, ldy, k0 > 0);
+          kMicro[rn - 1][nn - 1](w + r * ldw + k0, ldw, x + (t0 + j) * ldx + k0, ldx, kn, y + (t0 + j) * ldy + r, ldy,
+                                 k0 > 0);
         }
       }
       if (k == 0) break;
@@ -289,8 +285,8 @@ void gemm_bf16_rowdot(const uint16_t* w, int64_t ldw, int64_t k, const float* x,
 
 // The packed-panel kernel for every T >= 1 (gemm_bf16 uses it from kPanelMinTokens / kPanelMinTokensWideK on).
 // Not part of the KernelTable; exposed for the benchmark.
-void gemm_bf16_panel(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx,
-                     int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_bf16_panel(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t, float* y,
+                     int64_t ldy, int64_t r0, int64_t r1) {
   if (k == 0) {
     for (int64_t j = 0; j < t; ++j)
       for (int64_t r = r0; r < r1; ++r) y[j * ldy + r] = 0.f;
@@ -315,8 +311,7 @@ void gemm_bf16_panel(const uint16_t* w, int64_t ldw, int64_t k, const float* x, 
           knext0 = k0 + kKc;
         }
         const int64_t kn_next = knext0 < k ? (k - knext0 < kKc ? k - knext0 : kKc) : 0;
-        for (int i = 0; i < kP; ++i)
-          pn[i] = rnext + i < r1 && kn_next > 0 ? w + (rnext + i) * ldw + knext0 : kZeroRow;
+        for (int i = 0; i < kP; ++i) pn[i] = rnext + i < r1 && kn_next > 0 ? w + (rnext + i) * ldw + knext0 : kZeroRow;
         pack_panel(p, kn, buf, pn, kn_next);
         const float* xp = x + t0 * ldx + k0;
         float* yp = y + t0 * ldy + r;
@@ -342,8 +337,8 @@ namespace {
 alignas(32) thread_local uint16_t g_dec[kP * kKc];  // MXFP4 rows decoded to bf16 (one panel)
 
 template <int N>
-void dp_micro(const float* buf, int64_t kn, const uint16_t* xb, int64_t ldxb, float* y, int64_t ldy,
-              bool from_y, int rn) {
+void dp_micro(const float* buf, int64_t kn, const uint16_t* xb, int64_t ldxb, float* y, int64_t ldy, bool from_y,
+              int rn) {
   __m256 l[N], h[N];
   for (int n = 0; n < N; ++n) {
     if (from_y) {
@@ -378,13 +373,12 @@ void dp_micro(const float* buf, int64_t kn, const uint16_t* xb, int64_t ldxb, fl
 }
 
 using DpFn = void (*)(const float*, int64_t, const uint16_t*, int64_t, float*, int64_t, bool, int);
-constexpr DpFn kDpMicro[kTB] = {dp_micro<1>, dp_micro<2>, dp_micro<3>,
-                                dp_micro<4>, dp_micro<5>, dp_micro<6>};
+constexpr DpFn kDpMicro[kTB] = {dp_micro<1>, dp_micro<2>, dp_micro<3>, dp_micro<4>, dp_micro<5>, dp_micro<6>};
 
 // Rows of one panel as bf16 pointers: bf16 weights directly, MXFP4 rows decoded into g_dec.
 template <class RowsFn>
-void gemm_dp(const RowsFn& rows_of, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t, float* y,
-             int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_dp(const RowsFn& rows_of, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t, float* y, int64_t ldy,
+             int64_t r0, int64_t r1) {
   if (k == 0) {
     for (int64_t j = 0; j < t; ++j)
       for (int64_t r = r0; r < r1; ++r) y[j * ldy + r] = 0.f;
@@ -414,55 +408,58 @@ void gemm_dp(const RowsFn& rows_of, int64_t k, const uint16_t* xb, int64_t ldxb,
 
 }  // namespace
 
-void gemm_bf16_dp(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb, int64_t ldxb,
-                  int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
-  gemm_dp([&](int64_t r, int rn, int64_t k0, int64_t, const uint16_t** p) {
-            for (int i = 0; i < kP; ++i) p[i] = i < rn ? w + (r + i) * ldw + k0 : kZeroRow;
-          }, k, xb, ldxb, t, y, ldy, r0, r1);
+void gemm_bf16_dp(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t, float* y,
+                  int64_t ldy, int64_t r0, int64_t r1) {
+  gemm_dp(
+      [&](int64_t r, int rn, int64_t k0, int64_t, const uint16_t** p) {
+        for (int i = 0; i < kP; ++i) p[i] = i < rn ? w + (r + i) * ldw + k0 : kZeroRow;
+      },
+      k, xb, ldxb, t, y, ldy, r0, r1);
 }
 
-void gemm_mxfp4_dp(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb,
-                   int64_t ldxb, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_mxfp4_dp(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t,
+                   float* y, int64_t ldy, int64_t r0, int64_t r1) {
   static constexpr float kE2m1[16] = {0.f,  0.5f,  1.f,  1.5f,  2.f,  3.f,  4.f,  6.f,
                                       -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
-  gemm_dp([&](int64_t r, int rn, int64_t k0, int64_t kn, const uint16_t** p) {
-            for (int i = 0; i < kP; ++i) {
-              if (i >= rn) {
-                p[i] = kZeroRow;
-                continue;
-              }
-              uint16_t* d = g_dec + i * kKc;
-              const uint8_t* pr = packed + (r + i) * (k / 2) + k0 / 2;
-              const uint8_t* sr = scale + (r + i) * (k / 32) + k0 / 32;
-              for (int64_t b = 0; b < kn / 32; ++b) {
-                const uint32_t e = sr[b];
-                const uint32_t sb = e == 255 ? 0x7fc00000u : (e >= 1 ? e << 23 : 0x00400000u);
-                float sc;
-                __builtin_memcpy(&sc, &sb, 4);
-                uint16_t tab[16];
-                for (int c = 0; c < 16; ++c) {  // exact: E2M1 x 2^(e-127) is a bf16
-                  const float v = kE2m1[c] * sc;
-                  uint32_t u;
-                  __builtin_memcpy(&u, &v, 4);
-                  tab[c] = static_cast<uint16_t>(u >> 16);
-                }
-                for (int c = 0; c < 16; ++c) {
-                  const uint8_t byte = pr[16 * b + c];
-                  d[32 * b + 2 * c] = tab[byte & 15];
-                  d[32 * b + 2 * c + 1] = tab[byte >> 4];
-                }
-              }
-              p[i] = d;
+  gemm_dp(
+      [&](int64_t r, int rn, int64_t k0, int64_t kn, const uint16_t** p) {
+        for (int i = 0; i < kP; ++i) {
+          if (i >= rn) {
+            p[i] = kZeroRow;
+            continue;
+          }
+          uint16_t* d = g_dec + i * kKc;
+          const uint8_t* pr = packed + (r + i) * (k / 2) + k0 / 2;
+          const uint8_t* sr = scale + (r + i) * (k / 32) + k0 / 32;
+          for (int64_t b = 0; b < kn / 32; ++b) {
+            const uint32_t e = sr[b];
+            const uint32_t sb = e == 255 ? 0x7fc00000u : (e >= 1 ? e << 23 : 0x00400000u);
+            float sc;
+            __builtin_memcpy(&sc, &sb, 4);
+            uint16_t tab[16];
+            for (int c = 0; c < 16; ++c) {  // exact: E2M1 x 2^(e-127) is a bf16
+              const float v = kE2m1[c] * sc;
+              uint32_t u;
+              __builtin_memcpy(&u, &v, 4);
+              tab[c] = static_cast<uint16_t>(u >> 16);
             }
-          }, k, xb, ldxb, t, y, ldy, r0, r1);
+            for (int c = 0; c < 16; ++c) {
+              const uint8_t byte = pr[16 * b + c];
+              d[32 * b + 2 * c] = tab[byte & 15];
+              d[32 * b + 2 * c + 1] = tab[byte >> 4];
+            }
+          }
+          p[i] = d;
+        }
+      },
+      k, xb, ldxb, t, y, ldy, r0, r1);
 }
 
-void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
-               float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t, float* y, int64_t ldy,
+               int64_t r0, int64_t r1) {
   if (t >= (k <= kWideK ? kPanelMinTokens : kPanelMinTokensWideK))
     gemm_bf16_panel(w, ldw, k, x, ldx, t, y, ldy, r0, r1);
-  else
-    gemm_bf16_rowdot(w, ldw, k, x, ldx, t, y, ldy, r0, r1);
+  else gemm_bf16_rowdot(w, ldw, k, x, ldx, t, y, ldy, r0, r1);
 }
 
 }  // namespace k3::avx2

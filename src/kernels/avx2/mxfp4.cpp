@@ -18,18 +18,18 @@ namespace k3::avx2 {
 
 using namespace k3::mxfp4_x86;  // E8m0HalfBits table, Scratch, min64, block_offsets
 
-void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                           const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs,
+                           int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 
 namespace {
 
 inline __m256i t2_table() {
-  return _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4,
-                          6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  return _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2,
+                          -3, -4, -6, -8, -12);
 }
 inline __m256i t2_abs_table() {
-  return _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8,
-                          12, 0, 1, 2, 3, 4, 6, 8, 12);
+  return _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6,
+                          8, 12);
 }
 // 32 nibbles of one block: lanes 0..15 = low nibbles (even columns), 16..31 = high (odd).
 inline __m256i nibbles(const uint8_t* p) {
@@ -50,8 +50,7 @@ float row_q8_1(const uint8_t* pr, const uint8_t* sr, int64_t nb, const int8_t* q
   for (; b + 2 <= nb; b += 2) {
     const __m256i n0 = nibbles(pr + 16 * b), n1 = nibbles(pr + 16 * b + 16);
     const __m256 d0 = block_dot(_mm256_shuffle_epi8(tabs, n0), _mm256_shuffle_epi8(tab, n0), q + 32 * b);
-    const __m256 d1 =
-        block_dot(_mm256_shuffle_epi8(tabs, n1), _mm256_shuffle_epi8(tab, n1), q + 32 * b + 32);
+    const __m256 d1 = block_dot(_mm256_shuffle_epi8(tabs, n1), _mm256_shuffle_epi8(tab, n1), q + 32 * b + 32);
     acc0 = _mm256_fmadd_ps(d0, _mm256_set1_ps(e8m0_half(sr[b]) * qs[b]), acc0);
     acc1 = _mm256_fmadd_ps(d1, _mm256_set1_ps(e8m0_half(sr[b + 1]) * qs[b + 1]), acc1);
   }
@@ -64,8 +63,8 @@ float row_q8_1(const uint8_t* pr, const uint8_t* sr, int64_t nb, const int8_t* q
 }
 
 template <int N>
-void row_q8_n(const uint8_t* pr, const uint8_t* sr, int64_t nb, int64_t k, const int8_t* q,
-              const float* qs, float* y, int64_t ldy) {
+void row_q8_n(const uint8_t* pr, const uint8_t* sr, int64_t nb, int64_t k, const int8_t* q, const float* qs, float* y,
+              int64_t ldy) {
   const __m256i tab = t2_table(), tabs = t2_abs_table();
   __m256 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
@@ -82,8 +81,7 @@ void row_q8_n(const uint8_t* pr, const uint8_t* sr, int64_t nb, int64_t k, const
 }
 
 template <int N>
-void row_f32_n(const uint8_t* pr, const uint8_t* sr, int64_t nb, const float* x, int64_t ldx,
-               float* y, int64_t ldy) {
+void row_f32_n(const uint8_t* pr, const uint8_t* sr, int64_t nb, const float* x, int64_t ldx, float* y, int64_t ldy) {
   const __m256i tab = t2_table();
   __m256 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
@@ -120,10 +118,9 @@ void row_f32_n(const uint8_t* pr, const uint8_t* sr, int64_t nb, const float* x,
 // and of r0/r1.
 // Bounds: pair sum <= 2·24·128 = 6144, after vphaddw 12288, after vpmaddwd 24576 (packs exact).
 
-
 inline __m256i t2u_table() {
-  return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15,
-                          16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+  return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12,
+                          11, 10, 9, 8, 6, 4, 0);
 }
 
 constexpr int kTileRows = 8;
@@ -131,10 +128,9 @@ constexpr int64_t kChunkBlocks = 64;  // decoded tile = 64·8·32 B = 16 KiB (st
 alignas(32) thread_local uint8_t g_dec[kChunkBlocks * kTileRows * 32];
 alignas(32) thread_local uint32_t g_ws[kChunkBlocks * kTileRows];
 
-
 // Decode blocks [b0, b0 + n) of the tile's rows (row index per lane) into g_dec / g_ws.
-inline void decode_tile(const uint8_t* packed, const uint8_t* scale, int64_t k, const int64_t* rows,
-                        int64_t b0, int64_t n) {
+inline void decode_tile(const uint8_t* packed, const uint8_t* scale, int64_t k, const int64_t* rows, int64_t b0,
+                        int64_t n) {
   const __m256i tab = t2u_table(), m4 = _mm256_set1_epi8(0x0F);
   const int64_t nb = k / 32;
   for (int l = 0; l < kTileRows; ++l) {
@@ -155,7 +151,6 @@ inline void decode_tile(const uint8_t* packed, const uint8_t* scale, int64_t k, 
     for (int64_t j = 0; j < n; ++j) g_ws[kTileRows * j + l] = kE8m0HalfBits[sr[j]];
   }
 }
-
 
 // Exact int32 dots of 8 rows' u-bytes (p(l) = vpmaddubsw(u_l, a)) with one activation block.
 template <class P>
@@ -194,8 +189,8 @@ inline void store_tile(float* y, __m256 acc, int64_t nr) {
 // Few tokens (N <= 4): the same arithmetic as gemm_q8_tiles (bit-identical outputs),
 // decoding each row's block in registers once for the N tokens instead of through the tile buffer.
 template <int N>
-void gemm_q8_direct(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                    const float* qs, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_q8_direct(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs, float* y,
+                    int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = k / 32;
   thread_local Scratch off_s, ws_s;
   int32_t* off = static_cast<int32_t*>(off_s.get(static_cast<size_t>(N * nb + 1) * 4));
@@ -219,9 +214,9 @@ void gemm_q8_direct(const uint8_t* packed, const uint8_t* scale, int64_t k, cons
       const __m256 w = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + kTileRows * b)));
       for (int j = 0; j < N; ++j) {
         const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + j * k + 32 * b));
-        const __m256i dot = _mm256_sub_epi32(
-            tile_block_dot([&](int l) { return _mm256_maddubs_epi16(u[l], a); }, ones16),
-            _mm256_set1_epi32(off[j * nb + b]));
+        const __m256i dot =
+            _mm256_sub_epi32(tile_block_dot([&](int l) { return _mm256_maddubs_epi16(u[l], a); }, ones16),
+                             _mm256_set1_epi32(off[j * nb + b]));
         acc[j] = scaled_add(dot, w, qs[j * nb + b], acc[j]);
       }
     }
@@ -229,8 +224,8 @@ void gemm_q8_direct(const uint8_t* packed, const uint8_t* scale, int64_t k, cons
   }
 }
 
-void gemm_q8_tiles(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                   const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_q8_tiles(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs, int64_t t,
+                   float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = k / 32;
   if (nb == 0) {  // K == 0: every output is the empty sum
     for (int64_t j = 0; j < t; ++j)
@@ -255,9 +250,7 @@ void gemm_q8_tiles(const uint8_t* packed, const uint8_t* scale, int64_t k, const
         if (!last) _mm256_storeu_ps(accbuf + kTileRows * j, acc);
         else store_tile(y + j * ldy + r, acc, nr);
       };
-      auto start = [&](int64_t j) {
-        return first ? _mm256_setzero_ps() : _mm256_loadu_ps(accbuf + kTileRows * j);
-      };
+      auto start = [&](int64_t j) { return first ? _mm256_setzero_ps() : _mm256_loadu_ps(accbuf + kTileRows * j); };
       for (int64_t j = 0; j < t; ++j) {
         const int8_t* qj = q + j * k + 32 * b0;
         const float* sj = qs + j * nb + b0;
@@ -266,7 +259,8 @@ void gemm_q8_tiles(const uint8_t* packed, const uint8_t* scale, int64_t k, const
         for (int64_t i = 0; i < n; ++i) {
           const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qj + 32 * i));
           const __m256i dot = _mm256_sub_epi32(tile_block_dot(g_dec + 256 * i, a, ones16), _mm256_set1_epi32(oj[i]));
-          const __m256 ws = _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(g_ws + kTileRows * i)));
+          const __m256 ws =
+              _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(g_ws + kTileRows * i)));
           acc = scaled_add(dot, ws, sj[i], acc);
         }
         finish(j, acc);
@@ -279,8 +273,8 @@ void gemm_q8_tiles(const uint8_t* packed, const uint8_t* scale, int64_t k, const
 
 // Row tiles for every T (T <= 4 decoding in registers, larger T through the tile buffer); both
 // compute each output identically, so a token's outputs do not depend on T or on r0/r1.
-void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                   const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs, int64_t t,
+                   float* y, int64_t ldy, int64_t r0, int64_t r1) {
   if (r1 <= r0 || t <= 0) return;
   switch (t) {
     case 1: return gemm_q8_direct<1>(packed, scale, k, q, qs, y, ldy, r0, r1);
@@ -294,8 +288,8 @@ void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const
 
 // The previous kernel (one row at a time, lanes within a block, a horizontal sum per output),
 // kept for bench/kernels.cpp's old-vs-new table. Not in the kernel table.
-void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                           const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs,
+                           int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = k / 32;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* pr = packed + r * (k / 2);
@@ -315,8 +309,8 @@ void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t 
   }
 }
 
-void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x,
-                    int64_t ldx, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x, int64_t ldx, int64_t t,
+                    float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = k / 32;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* pr = packed + r * (k / 2);

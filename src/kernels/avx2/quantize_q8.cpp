@@ -34,8 +34,7 @@ void quantize_q8(const float* x, int64_t n, int8_t* q, float* s) {
     alignas(32) int32_t iv[32];
     const __m256 vinv = _mm256_set1_ps(inv);
     for (int i = 0; i < 4; ++i)
-      _mm256_store_si256(reinterpret_cast<__m256i*>(iv + 8 * i),
-                         _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vinv)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(iv + 8 * i), _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vinv)));
     for (int p = 0; p < 16; ++p) {
       qb[p] = static_cast<int8_t>(iv[2 * p]);
       qb[16 + p] = static_cast<int8_t>(iv[2 * p + 1]);

@@ -24,8 +24,7 @@ inline __m256 exp_ps(__m256 x) {
   y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
   y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
   y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
@@ -40,8 +39,8 @@ inline __m256 tanh_ps(__m256 y) {
   p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422e-1f));
   const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), y, y);
   const __m256 ex = exp_ps(_mm256_add_ps(a, a));
-  const __m256 big_abs = _mm256_sub_ps(
-      _mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(ex, _mm256_set1_ps(1.0f))));
+  const __m256 big_abs =
+      _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(ex, _mm256_set1_ps(1.0f))));
   const __m256 big = _mm256_or_ps(big_abs, _mm256_and_ps(sign, y));
   return _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
 }

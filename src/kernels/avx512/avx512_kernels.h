@@ -2,23 +2,22 @@
 #pragma once
 #include <cstdint>
 
-
 namespace k3::avx512 {
-void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
-               float* y, int64_t ldy, int64_t r0, int64_t r1);
-void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                   const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t, float* y, int64_t ldy,
+               int64_t r0, int64_t r1);
+void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs, int64_t t,
+                   float* y, int64_t ldy, int64_t r0, int64_t r1);
 /// The per-row VNNI kernel (4 tokens per decoded row; FMA per pair of blocks): the previous
 /// gemm_mxfp4_q8, kept for k3_bench_gemm_tokens. Not in the KernelTable.
-void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                           const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs,
+                           int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
 /// read_sum.cpp: the streaming-read probe (kernel_table.h read_sum), 8 x 64-byte loads per step.
 uint64_t read_sum(const uint64_t* x, int64_t n);
-void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x,
-                    int64_t ldx, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x, int64_t ldx, int64_t t,
+                    float* y, int64_t ldy, int64_t r0, int64_t r1);
 /// gemm_dp.cpp: vdpbf16ps on packed panels (kernel_table.h gemm_bf16_dp / gemm_mxfp4_dp).
-void gemm_bf16_dp(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb, int64_t ldxb,
-                  int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
-void gemm_mxfp4_dp(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb,
-                   int64_t ldxb, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_bf16_dp(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t, float* y,
+                  int64_t ldy, int64_t r0, int64_t r1);
+void gemm_mxfp4_dp(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t,
+                   float* y, int64_t ldy, int64_t r0, int64_t r1);
 }  // namespace k3::avx512

@@ -10,9 +10,7 @@ namespace k3::avx512 {
 namespace {
 
 inline __mmask16 tail_mask16(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
-inline __mmask32 tail_mask32(int64_t n) {
-  return n >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << n) - 1u);
-}
+inline __mmask32 tail_mask32(int64_t n) { return n >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << n) - 1u); }
 
 // 16 bf16 -> 16 fp32 (masked: lanes past n are 0 and not read).
 inline __m512 load_bf16x16(const uint16_t* p) {

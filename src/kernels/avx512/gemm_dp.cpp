@@ -22,10 +22,10 @@ namespace k3::avx512 {
 
 namespace {
 
-constexpr int kPR = 32;        // weight rows per panel (2 zmm)
-constexpr int kTB = 12;        // tokens per micro-kernel call
-constexpr int64_t kKc = 256;   // K per panel (128 pairs)
-constexpr int64_t kTc = 144;   // tokens per X tile
+constexpr int kPR = 32;       // weight rows per panel (2 zmm)
+constexpr int kTB = 12;       // tokens per micro-kernel call
+constexpr int64_t kKc = 256;  // K per panel (128 pairs)
+constexpr int64_t kTc = 144;  // tokens per X tile
 
 alignas(64) thread_local uint32_t g_pack[(kKc / 2) * kPR];
 
@@ -83,15 +83,15 @@ struct Mxfp4Rows {
     const int64_t col = k0 + c;
     const uint32_t e = scale[row * (k / 32) + col / 32];
     const uint32_t sbits = e == 255 ? 0x7fc00000u : (e >= 1 ? e << 23 : 0x00400000u);
-    const __m512 e2m1 = _mm512_setr_ps(0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -0.5f, -1.f,
-                                       -1.5f, -2.f, -3.f, -4.f, -6.f);
+    const __m512 e2m1 =
+        _mm512_setr_ps(0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f);
     // exact products (E2M1 x 2^k), so their top 16 bits are the bf16 values
     const __m512 v = _mm512_mul_ps(e2m1, _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(sbits))));
     const __m256i tab = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16));
-    const __m512i d = _mm512_cvtepu8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + row * (k / 2) + col / 2)));
-    const __m512i idx = _mm512_or_si512(_mm512_and_si512(d, _mm512_set1_epi32(0xF)),
-                                        _mm512_slli_epi32(_mm512_srli_epi32(d, 4), 16));
+    const __m512i d =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + row * (k / 2) + col / 2)));
+    const __m512i idx =
+        _mm512_or_si512(_mm512_and_si512(d, _mm512_set1_epi32(0xF)), _mm512_slli_epi32(_mm512_srli_epi32(d, 4), 16));
     return _mm512_permutexvar_epi16(idx, _mm512_zextsi256_si512(tab));
   }
   void prefetch(int64_t row, int64_t c) const {  // one line covers 4 blocks of packed bytes
@@ -118,8 +118,7 @@ void pack_panel(const Rows& rows, int64_t r, int rn, int64_t kn, int64_t r_end) 
       transpose16(v);
       const int64_t p0 = c / 2;
       const int64_t pn = np - p0 < 16 ? np - p0 : 16;
-      for (int64_t j = 0; j < pn; ++j)
-        _mm512_store_si512(g_pack + (p0 + j) * kPR + 16 * half, v[j]);
+      for (int64_t j = 0; j < pn; ++j) _mm512_store_si512(g_pack + (p0 + j) * kPR + 16 * half, v[j]);
     }
   }
 }
@@ -169,8 +168,8 @@ constexpr MicroFn kMicro[kTB] = {micro<1>, micro<2>, micro<3>, micro<4>,  micro<
                                  micro<7>, micro<8>, micro<9>, micro<10>, micro<11>, micro<12>};
 
 template <class Rows, class MakeRows>
-void gemm_dp(const MakeRows& make_rows, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t,
-             float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_dp(const MakeRows& make_rows, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t, float* y, int64_t ldy,
+             int64_t r0, int64_t r1) {
   if (k == 0) {
     for (int64_t j = 0; j < t; ++j)
       for (int64_t r = r0; r < r1; ++r) y[j * ldy + r] = 0.f;
@@ -199,15 +198,14 @@ void gemm_dp(const MakeRows& make_rows, int64_t k, const uint16_t* xb, int64_t l
 
 }  // namespace
 
-void gemm_bf16_dp(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb, int64_t ldxb,
-                  int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_bf16_dp(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t, float* y,
+                  int64_t ldy, int64_t r0, int64_t r1) {
   gemm_dp<Bf16Rows>([&](int64_t k0) { return Bf16Rows{w, ldw, k0}; }, k, xb, ldxb, t, y, ldy, r0, r1);
 }
 
-void gemm_mxfp4_dp(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb,
-                   int64_t ldxb, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
-  gemm_dp<Mxfp4Rows>([&](int64_t k0) { return Mxfp4Rows{packed, scale, k, k0}; }, k, xb, ldxb, t, y,
-                     ldy, r0, r1);
+void gemm_mxfp4_dp(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t,
+                   float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  gemm_dp<Mxfp4Rows>([&](int64_t k0) { return Mxfp4Rows{packed, scale, k, k0}; }, k, xb, ldxb, t, y, ldy, r0, r1);
 }
 
 }  // namespace k3::avx512

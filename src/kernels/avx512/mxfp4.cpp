@@ -25,7 +25,6 @@
 
 #include <stdlib.h>
 
-
 namespace k3::avx512 {
 
 using namespace k3::mxfp4_x86;  // E8m0HalfBits table, Scratch, min64, block_offsets
@@ -57,8 +56,8 @@ inline __m512 pair_scale(float s0, float s1) {
 }
 
 template <int N>
-void row_q8(const uint8_t* pr, const uint8_t* sr, int64_t nb, int64_t k, const int8_t* q,
-            const float* qs, float* y, int64_t ldy) {
+void row_q8(const uint8_t* pr, const uint8_t* sr, int64_t nb, int64_t k, const int8_t* q, const float* qs, float* y,
+            int64_t ldy) {
   const __m512i tab = t2_table(), tabs = t2_abs_table();
   __m512 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm512_setzero_ps();
@@ -78,16 +77,14 @@ void row_q8(const uint8_t* pr, const uint8_t* sr, int64_t nb, int64_t k, const i
 }
 
 template <int N>
-void row_f32(const uint8_t* pr, const uint8_t* sr, int64_t nb, const float* x, int64_t ldx,
-             float* y, int64_t ldy) {
-  const __m256i tab = _mm256_broadcastsi128_si256(
-      _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+void row_f32(const uint8_t* pr, const uint8_t* sr, int64_t nb, const float* x, int64_t ldx, float* y, int64_t ldy) {
+  const __m256i tab =
+      _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
   __m512 acc[N];
   for (int n = 0; n < N; ++n) acc[n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pr + 16 * b));
-    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
-                                         _mm256_set1_epi8(0x0F));
+    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
     const __m256i w = _mm256_shuffle_epi8(tab, nib);
     const __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
     const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_unpacklo_epi8(lo, hi)));
@@ -104,21 +101,18 @@ void row_f32(const uint8_t* pr, const uint8_t* sr, int64_t nb, const float* x, i
 
 // ---- Transposed tile Q8 GEMM (T > 4) ----
 
-
-
-constexpr int kTRows = 16;            // weight rows per tile (the 16 int32 / fp32 lanes)
-constexpr int64_t kTBlocks = 32;      // blocks per decoded chunk: 32 x 8 groups x 64 B = 16 KiB (L1)
+constexpr int kTRows = 16;               // weight rows per tile (the 16 int32 / fp32 lanes)
+constexpr int64_t kTBlocks = 32;         // blocks per decoded chunk: 32 x 8 groups x 64 B = 16 KiB (L1)
 constexpr int64_t kPrefetchBlocks = 32;  // software prefetch distance per row (8 cache lines)
-constexpr int kTTok = 12;             // tokens per register group (12 accumulators + 8 weight zmm)
+constexpr int kTTok = 12;                // tokens per register group (12 accumulators + 8 weight zmm)
 alignas(64) thread_local uint8_t g_tdec[kTBlocks * 8 * 64];
 alignas(64) thread_local float g_tws[kTBlocks * kTRows];
-
 
 // Decodes blocks [b0, b0 + n) of the 16 rows rows[0..16) into g_tdec as [block][group g][row][4]:
 // group g < 4 holds the low nibbles of packed bytes 4g..4g+3 (activation positions 4g..4g+3 in
 // the Q8 nibble order), group 4 + g their high nibbles (positions 16 + 4g..); u = T2 + 12.
-inline void decode_transposed(const uint8_t* packed, const uint8_t* scale, int64_t k, const int64_t* rows,
-                              int64_t b0, int64_t n) {
+inline void decode_transposed(const uint8_t* packed, const uint8_t* scale, int64_t k, const int64_t* rows, int64_t b0,
+                              int64_t n) {
   const __m512i tab = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   // vpermd index: lane 4j + i <- lane 4i + j (transposes the 4x4 dwords of each zmm's 4 rows)
@@ -164,16 +158,14 @@ inline void decode_transposed(const uint8_t* packed, const uint8_t* scale, int64
   }
 }
 
-
 // N tokens (j0..j0+N) of one tile over the decoded chunk [b0, b0 + n): acc (or y) += each block's
 // float(dot)·(ws·s_a), in block order, product and sum rounded separately.
 template <int N>
-void tile_tokens(const int8_t* q, const float* qs, const int32_t* off, int64_t k, int64_t nb, int64_t j0,
-                 int64_t b0, int64_t n, float* accbuf, bool first, bool last, float* y, int64_t ldy,
-                 int64_t r, __mmask16 store_mask) {
+void tile_tokens(const int8_t* q, const float* qs, const int32_t* off, int64_t k, int64_t nb, int64_t j0, int64_t b0,
+                 int64_t n, float* accbuf, bool first, bool last, float* y, int64_t ldy, int64_t r,
+                 __mmask16 store_mask) {
   __m512 acc[N];
-  for (int t = 0; t < N; ++t)
-    acc[t] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(accbuf + kTRows * (j0 + t));
+  for (int t = 0; t < N; ++t) acc[t] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(accbuf + kTRows * (j0 + t));
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* d = g_tdec + i * 8 * 64;
     __m512i w[8];
@@ -194,21 +186,19 @@ void tile_tokens(const int8_t* q, const float* qs, const int32_t* off, int64_t k
     }
   }
   for (int t = 0; t < N; ++t) {
-    if (last)
-      _mm512_mask_storeu_ps(y + (j0 + t) * ldy + r, store_mask, acc[t]);
-    else
-      _mm512_storeu_ps(accbuf + kTRows * (j0 + t), acc[t]);
+    if (last) _mm512_mask_storeu_ps(y + (j0 + t) * ldy + r, store_mask, acc[t]);
+    else _mm512_storeu_ps(accbuf + kTRows * (j0 + t), acc[t]);
   }
 }
 
-using TileTokensFn = void (*)(const int8_t*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
-                              int64_t, float*, bool, bool, float*, int64_t, int64_t, __mmask16);
-constexpr TileTokensFn kTileTokens[kTTok] = {tile_tokens<1>, tile_tokens<2>, tile_tokens<3>,  tile_tokens<4>,
-                                             tile_tokens<5>, tile_tokens<6>, tile_tokens<7>,  tile_tokens<8>,
+using TileTokensFn = void (*)(const int8_t*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                              float*, bool, bool, float*, int64_t, int64_t, __mmask16);
+constexpr TileTokensFn kTileTokens[kTTok] = {tile_tokens<1>, tile_tokens<2>,  tile_tokens<3>,  tile_tokens<4>,
+                                             tile_tokens<5>, tile_tokens<6>,  tile_tokens<7>,  tile_tokens<8>,
                                              tile_tokens<9>, tile_tokens<10>, tile_tokens<11>, tile_tokens<12>};
 
-void gemm_q8_transposed(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                        const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_q8_transposed(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs,
+                        int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = k / 32;
   if (nb == 0) {  // K == 0: every output is the empty sum
     for (int64_t j = 0; j < t; ++j)
@@ -253,9 +243,11 @@ inline __m512 e8m0_half16(const uint8_t* sr, __mmask16 m) {
 inline __m512i reduce_block_pairs(const __m512i* d) {
   __m512i e[4], f[2];
   for (int i = 0; i < 4; ++i)
-    e[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * i], d[2 * i + 1]), _mm512_unpackhi_epi32(d[2 * i], d[2 * i + 1]));
+    e[i] =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * i], d[2 * i + 1]), _mm512_unpackhi_epi32(d[2 * i], d[2 * i + 1]));
   for (int i = 0; i < 2; ++i)
-    f[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(e[2 * i], e[2 * i + 1]), _mm512_unpackhi_epi64(e[2 * i], e[2 * i + 1]));
+    f[i] =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(e[2 * i], e[2 * i + 1]), _mm512_unpackhi_epi64(e[2 * i], e[2 * i + 1]));
   const __m512i g = _mm512_add_epi32(_mm512_shuffle_i32x4(f[0], f[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                      _mm512_shuffle_i32x4(f[0], f[1], _MM_SHUFFLE(3, 1, 3, 1)));
   // g holds blocks 0 2 4 6 | 1 3 5 7 | 8 10 12 14 | 9 11 13 15
@@ -286,11 +278,13 @@ void gemm_q8_rows(const uint8_t* packed, const uint8_t* scale, int64_t k, const 
             for (int n = 0; n < N; ++n) d[n][i] = _mm512_setzero_si512();
             continue;
           }
-          const __m256i raw = nv >= 2 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pr + 16 * bb))
-                                      : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pr + 16 * bb)));
+          const __m256i raw =
+              nv >= 2 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pr + 16 * bb))
+                      : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pr + 16 * bb)));
           const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-          const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);            // [lo0 lo1 hi0 hi1]
-          const __m512i u = _mm512_shuffle_epi8(tab, _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)));  // [lo0 hi0 lo1 hi1]
+          const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // [lo0 lo1 hi0 hi1]
+          const __m512i u =
+              _mm512_shuffle_epi8(tab, _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)));  // [lo0 hi0 lo1 hi1]
           for (int n = 0; n < N; ++n) {
             const int8_t* qa = q + n * k + 32 * bb;
             const __m512i a = nv >= 2 ? _mm512_loadu_si512(qa) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, qa);
@@ -300,8 +294,10 @@ void gemm_q8_rows(const uint8_t* packed, const uint8_t* scale, int64_t k, const 
         const __mmask16 m = static_cast<__mmask16>((1u << nblk) - 1u);
         const __m512 ws = e8m0_half16(sr + b0, m);
         for (int n = 0; n < N; ++n) {
-          const __m512i dot = _mm512_sub_epi32(reduce_block_pairs(d[n]), _mm512_maskz_loadu_epi32(m, off + n * nb + b0));
-          const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ws, _mm512_maskz_loadu_ps(m, qs + n * nb + b0)));
+          const __m512i dot =
+              _mm512_sub_epi32(reduce_block_pairs(d[n]), _mm512_maskz_loadu_epi32(m, off + n * nb + b0));
+          const __m512 p =
+              _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ws, _mm512_maskz_loadu_ps(m, qs + n * nb + b0)));
           _mm512_mask_storeu_ps(pbuf + (n * kRowGroup + l) * nb + b0, m, p);
         }
       }
@@ -321,8 +317,8 @@ void gemm_q8_rows(const uint8_t* packed, const uint8_t* scale, int64_t k, const 
   }
 }
 
-void gemm_q8_rows_entry(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                        const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_q8_rows_entry(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs,
+                        int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = k / 32;
   if (nb == 0) {
     for (int64_t j = 0; j < t; ++j)
@@ -333,16 +329,14 @@ void gemm_q8_rows_entry(const uint8_t* packed, const uint8_t* scale, int64_t k, 
   int32_t* off = static_cast<int32_t*>(off_s.get(static_cast<size_t>(t * nb + 16) * 4));
   block_offsets(q, t * nb, off);
   float* pbuf = static_cast<float*>(p_s.get(static_cast<size_t>(t * kRowGroup * nb + 16) * 4));
-  if (t == 1)
-    gemm_q8_rows<1>(packed, scale, k, q, qs, off, y, ldy, r0, r1, pbuf);
-  else
-    gemm_q8_rows<2>(packed, scale, k, q, qs, off, y, ldy, r0, r1, pbuf);
+  if (t == 1) gemm_q8_rows<1>(packed, scale, k, q, qs, off, y, ldy, r0, r1, pbuf);
+  else gemm_q8_rows<2>(packed, scale, k, q, qs, off, y, ldy, r0, r1, pbuf);
 }
 
 }  // namespace
 
-void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                   const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs,
+                           int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = k / 32;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* pr = packed + r * (k / 2);
@@ -358,15 +352,15 @@ void gemm_mxfp4_q8_rowwise(const uint8_t* packed, const uint8_t* scale, int64_t 
   }
 }
 
-void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                   const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs, int64_t t,
+                   float* y, int64_t ldy, int64_t r0, int64_t r1) {
   if (r1 <= r0 || t <= 0) return;
   if (t <= 2) return gemm_q8_rows_entry(packed, scale, k, q, qs, t, y, ldy, r0, r1);
   gemm_q8_transposed(packed, scale, k, q, qs, t, y, ldy, r0, r1);
 }
 
-void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x,
-                    int64_t ldx, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x, int64_t ldx, int64_t t,
+                    float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = k / 32;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* pr = packed + r * (k / 2);

@@ -12,8 +12,8 @@ namespace {
 
 void check_2d(const TensorView& w) {
   if (w.shape.size() != 2)
-    throw Error("tensor '" + w.name + "': expected a 2-D [out, in] weight, found " +
-                std::to_string(w.shape.size()) + " dims");
+    throw Error("tensor '" + w.name + "': expected a 2-D [out, in] weight, found " + std::to_string(w.shape.size()) +
+                " dims");
   if (w.dtype != DType::BF16 && w.dtype != DType::F32)
     throw Error("tensor '" + w.name + "': expected dtype BF16 or F32 for a linear weight, found " +
                 std::string(dtype_name(w.dtype)));
@@ -24,8 +24,7 @@ void check_rows(const TensorView& w, int64_t row_begin, int64_t n_rows) {
   check_2d(w);
   if (row_begin < 0 || n_rows < 0 || row_begin + n_rows > w.shape[0])
     throw Error("tensor '" + w.name + "': row range [" + std::to_string(row_begin) + ", " +
-                std::to_string(row_begin + n_rows) + ") outside " + std::to_string(w.shape[0]) +
-                " rows");
+                std::to_string(row_begin + n_rows) + ") outside " + std::to_string(w.shape[0]) + " rows");
 }
 
 // Element c of a row starting at byte `row` (unaligned-safe).
@@ -69,8 +68,7 @@ void matvec_t_rows(const TensorView& w, int64_t row_begin, int64_t n_rows, const
   const int64_t n = w.shape[1];
   for (int64_t c = 0; c < n; ++c) {
     double acc = 0.0;
-    for (int64_t i = 0; i < n_rows; ++i)
-      acc += static_cast<double>(load(row_ptr(w, row_begin + i), c, w.dtype)) * x[i];
+    for (int64_t i = 0; i < n_rows; ++i) acc += static_cast<double>(load(row_ptr(w, row_begin + i), c, w.dtype)) * x[i];
     y[c] = static_cast<float>(acc);
   }
 }

@@ -20,8 +20,8 @@ void check_dims(const Mxfp4Matrix& w, std::string_view what) {
 }
 
 [[noreturn]] void bad_scale(std::string_view what, int64_t row, int64_t group) {
-  throw Error(std::string(what) + ": MXFP4 scale byte 0xFF (E8M0 NaN) at row " + std::to_string(row) +
-              ", group " + std::to_string(group) + "; expected 0x00..0xFE");
+  throw Error(std::string(what) + ": MXFP4 scale byte 0xFF (E8M0 NaN) at row " + std::to_string(row) + ", group " +
+              std::to_string(group) + "; expected 0x00..0xFE");
 }
 
 }  // namespace
@@ -36,8 +36,7 @@ void mxfp4_decode_byte(uint8_t byte, uint8_t scale, float* even, float* odd) {
 void mxfp4_decode_row(const Mxfp4Matrix& w, int64_t row, float* out, std::string_view what) {
   check_dims(w, what);
   if (row < 0 || row >= w.rows)
-    throw Error(std::string(what) + ": row " + std::to_string(row) + " outside " +
-                std::to_string(w.rows) + " rows");
+    throw Error(std::string(what) + ": row " + std::to_string(row) + " outside " + std::to_string(w.rows) + " rows");
   const int64_t n_groups = w.cols / kGroup;
   const uint8_t* packed = w.packed + row * (w.cols / 2);
   const uint8_t* scale = w.scale + row * n_groups;

@@ -39,8 +39,7 @@ void softmax(const float* x, int64_t n, float* out) {
   }
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = static_cast<float>(std::exp(static_cast<double>(x[i]) - m) / sum);
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(std::exp(static_cast<double>(x[i]) - m) / sum);
 }
 
 }  // namespace k3::ref

@@ -6,11 +6,10 @@
 
 namespace k3::scalar {
 
-void kda_chunk_heads(int h0, int h1, int T, int H, int K, int V, const float* q, const float* k,
-                     const float* v, const float* g, const float* beta, float* state, float* out,
-                     int chunk, float* work);
+void kda_chunk_heads(int h0, int h1, int T, int H, int K, int V, const float* q, const float* k, const float* v,
+                     const float* g, const float* beta, float* state, float* out, int chunk, float* work);
 
-void kda_decode_heads(int h0, int h1, int K, int V, const float* q, const float* k, const float* v,
-                      const float* g, const float* beta, float* state, float* out, float* scratch);
+void kda_decode_heads(int h0, int h1, int K, int V, const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, float* state, float* out, float* scratch);
 
 }  // namespace k3::scalar

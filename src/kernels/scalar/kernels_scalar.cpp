@@ -38,8 +38,8 @@ float bf16(const uint16_t* p) {
   return bits_to_f32(static_cast<uint32_t>(h) << 16);
 }
 
-void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t,
-               float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_bf16(const uint16_t* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t t, float* y, int64_t ldy,
+               int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const uint16_t* wr = w + r * ldw;
     for (int64_t j = 0; j < t; ++j) {
@@ -75,8 +75,8 @@ void quantize_q8(const float* x, int64_t n, int8_t* q, float* s) {
   }
 }
 
-void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q,
-                   const float* qs, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const int8_t* q, const float* qs, int64_t t,
+                   float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = k / 32;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* pr = packed + r * (k / 2);
@@ -98,8 +98,8 @@ void gemm_mxfp4_q8(const uint8_t* packed, const uint8_t* scale, int64_t k, const
   }
 }
 
-void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x,
-                    int64_t ldx, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_mxfp4_f32(const uint8_t* packed, const uint8_t* scale, int64_t k, const float* x, int64_t ldx, int64_t t,
+                    float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = k / 32;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* pr = packed + r * (k / 2);
@@ -133,8 +133,8 @@ float pair_chain(const float* w, const uint16_t* xb, int64_t k) {
   return acc;
 }
 
-void gemm_bf16_dp(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb, int64_t ldxb,
-                  int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_bf16_dp(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t, float* y,
+                  int64_t ldy, int64_t r0, int64_t r1) {
   std::vector<float> wr(static_cast<size_t>(k));
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t i = 0; i < k; ++i) wr[i] = bf16(w + r * ldw + i);
@@ -142,8 +142,8 @@ void gemm_bf16_dp(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb,
   }
 }
 
-void gemm_mxfp4_dp(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb,
-                   int64_t ldxb, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+void gemm_mxfp4_dp(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t,
+                   float* y, int64_t ldy, int64_t r0, int64_t r1) {
   std::vector<float> wr(static_cast<size_t>(k));
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t i = 0; i < k; ++i) {
