@@ -18,6 +18,7 @@
 #include "model/k3_model.h"
 #include "model/sequence_state.h"
 #include "model/state_file.h"
+#include "state_file_test_util.h"
 #include "test_util.h"
 
 namespace {
@@ -54,10 +55,8 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
-std::string read_all(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using k3test::crc;
+using k3test::read_all;
 void write_all(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 
 fs::path temp_file(const std::string& name) {
@@ -184,25 +183,11 @@ TEST(SequenceState, StateDifferenceNamesTheFirstDivergingLayerAndField) {
 
 // --- the container (model/state_file.h) -----------------------------------------------------
 
-uint32_t crc(const std::string& s) {
-  return static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
-}
-
 /// `file` with its header replaced by `edit(header)` and the CRC recomputed.
 std::string with_header(const std::string& file, const std::function<void(nlohmann::ordered_json&)>& edit) {
-  uint64_t n = 0;
-  std::memcpy(&n, file.data() + 8, 8);
-  nlohmann::ordered_json h = nlohmann::ordered_json::parse(file.substr(16, n));
+  nlohmann::ordered_json h = nlohmann::ordered_json::parse(k3test::header_text(file));
   edit(h);
-  const std::string hs = h.dump();
-  const uint64_t m = hs.size();
-  std::string out = file.substr(0, 8);
-  out.append(reinterpret_cast<const char*>(&m), 8);
-  out += hs;
-  out += file.substr(16 + n, file.size() - 16 - n - 4);
-  const uint32_t c = crc(out);
-  out.append(reinterpret_cast<const char*>(&c), 4);
-  return out;
+  return k3test::with_header_text(file, h.dump());
 }
 
 TEST(StateFile, RoundTripIsBitExact) {

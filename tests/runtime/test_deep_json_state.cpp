@@ -17,6 +17,7 @@
 #include "core/json_depth.h"
 #include "model/state_header.h"
 #include "runtime/prefix_cache_disk.h"
+#include "../model/state_file_test_util.h"
 #include "runtime_test_util.h"
 
 namespace {
@@ -27,37 +28,22 @@ std::string nested(int depth) {
   return std::string(static_cast<std::size_t>(depth), '[') + std::string(static_cast<std::size_t>(depth), ']');
 }
 
-std::string read_all(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using k3test::crc;
+using k3test::read_all;
 
 void write_all(const fs::path& p, const std::string& s) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
   f.write(s.data(), static_cast<std::streamsize>(s.size()));
 }
 
-uint32_t crc(const std::string& s) {
-  return static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
-}
-
 // A sequence-state file (magic, u64 header length, header, payload, CRC-32) with its header's
 // "extra" replaced by `extra_text`, the CRC recomputed: a file valid in every other respect.
 std::string with_extra(const std::string& file, const std::string& extra_text) {
-  uint64_t n = 0;
-  std::memcpy(&n, file.data() + 8, 8);
-  nlohmann::ordered_json h = nlohmann::ordered_json::parse(file.substr(16, n));
+  nlohmann::ordered_json h = nlohmann::ordered_json::parse(k3test::header_text(file));
   h["extra"] = "@EXTRA@";
   std::string hs = h.dump();
   hs.replace(hs.find("\"@EXTRA@\""), 9, extra_text);
-  const uint64_t m = hs.size();
-  std::string out = file.substr(0, 8);
-  out.append(reinterpret_cast<const char*>(&m), 8);
-  out += hs;
-  out += file.substr(16 + n, file.size() - 16 - n - 4);
-  const uint32_t c = crc(out);
-  out.append(reinterpret_cast<const char*>(&c), 4);
-  return out;
+  return k3test::with_header_text(file, hs);
 }
 
 TEST(DeepJsonState, F12StateFileWithDeepExtraIsAnErrorNamingFileAndKey) {
