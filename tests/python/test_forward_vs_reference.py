@@ -26,10 +26,12 @@ import gen_tiny  # noqa: E402
 import k3_checkpoint as kc  # noqa: E402
 
 K3_BIN = os.environ.get("K3_BIN", os.path.join(ROOT, "build", "tools", "cli", "k3"))
-# The tests below pin the k3::ref oracle path (K3_KERNELS=ref, what `k3` ran before the fast
-# kernels were wired in) at 1e-5; test_kernel_paths_vs_reference bounds the Fast path.
-os.environ.setdefault("K3_KERNELS", "ref")
-os.environ.setdefault("K3_MXFP4", "exact")
+# The tests below pin the k3::ref oracle path (K3_KERNELS=ref) at 1e-5;
+# test_kernel_paths_vs_reference bounds the Fast path. The variables go to this module's
+# subprocesses only (K3_ENV), never into os.environ: the pytest process is shared with other
+# modules, and the in-process k3 package reads them.
+K3_ENV = {**os.environ, "K3_KERNELS": os.environ.get("K3_KERNELS", "ref"),
+          "K3_MXFP4": os.environ.get("K3_MXFP4", "exact")}
 FAST_REL_TOL = 2e-5  # Fast path, exact MXFP4, vs fp64: measured max 1.4e-5 (fp32 accumulation)
 PY = sys.executable
 VARIANTS = ["k3", "scaled", "many_experts", "kimi_linear_gate"]
@@ -43,7 +45,7 @@ def prompt_ids(vocab, seed):
 
 
 def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=K3_ENV)
     assert p.returncode == 0, f"{' '.join(cmd)}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     return p.stdout
 
@@ -205,7 +207,7 @@ def test_invalid_mxfp4_scale_is_an_error_naming_the_tensor(models, tmp_path):
         name = f"model.layers.1.block_sparse_moe.experts.{e}.w1.weight_scale"
         perturb_inplace(bad, name, lambda s: np.where(np.arange(s.size) == 0, 0xFF, s))
     p = subprocess.run([K3_BIN, "logits", "-m", bad, "--ids", "1,2,3", "--out", str(tmp_path / "l.npy")],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=K3_ENV)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "0xFF" in p.stderr and "model.layers.1.block_sparse_moe.experts." in p.stderr, p.stderr
     assert p.stderr.count("\n") == 1
@@ -231,7 +233,7 @@ def test_kernel_paths_vs_reference(models, variant, tmp_path):
     for env, tol in [({"K3_KERNELS": "ref"}, REL_TOL), ({"K3_KERNELS": "fast", "K3_MXFP4": "exact"}, FAST_REL_TOL)]:
         out = str(tmp_path / "k3.npy")
         p = subprocess.run([K3_BIN, "logits", "-m", d, "--ids", ",".join(map(str, ids)), "--out", out],
-                           capture_output=True, text=True, env={**os.environ, **env})
+                           capture_output=True, text=True, env={**K3_ENV, **env})
         assert p.returncode == 0, p.stderr
         rel = rel_l2_rows(np.load(out), b)
         print(f"{variant} {env}: max per-position rel L2 {rel.max():.2e}")

@@ -30,10 +30,15 @@ MINI = os.path.join(ROOT, "models", "k3-mini")
 PROMPT = "And God said"
 
 
+# The execution-config variables (tools/exec_env.h): the CLI runs and the in-process engine of
+# these tests both run without them, so they compare the same default config.
+EXEC_VARS = ("K3_ISA", "K3_KERNELS", "K3_MXFP4", "K3_NUMERICS")
+
+
 def cli(*args, stdin=None):
     """Runs the k3 CLI (one thread, exact numerics where the command takes them); returns stdout."""
     assert os.path.exists(K3), f"k3 binary not found at {K3} (build it, or set K3_BIN)"
-    env = {k: v for k, v in os.environ.items() if k not in ("K3_MXFP4", "K3_NUMERICS", "K3_KERNELS")}
+    env = {k: v for k, v in os.environ.items() if k not in EXEC_VARS}
     r = subprocess.run([K3, *[str(a) for a in args]], input=stdin, capture_output=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr.decode(errors="replace")
     return r.stdout.decode()
@@ -76,7 +81,13 @@ def k3(venv):
 
 @pytest.fixture(scope="module")
 def llm(k3):
-    with k3.LLM(MINI, n_ctx=512, n_parallel=4, numerics="exact", threads=1) as m:
+    """The engine under test; it reads the execution-config variables once, here, without them."""
+    saved = {k: os.environ.pop(k) for k in EXEC_VARS if k in os.environ}
+    try:
+        m = k3.LLM(MINI, n_ctx=512, n_parallel=4, numerics="exact", threads=1)
+    finally:
+        os.environ.update(saved)
+    with m:
         yield m
 
 
