@@ -39,9 +39,14 @@ JOBS=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$JOBS"
 if [ "${1:-}" = "--asan" ]; then
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DK3_SANITIZE=ON -DK3_BUILD_PYTHON=OFF >/dev/null
-  cmake --build build-asan -j "$JOBS"
-  cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  # The sanitizer and fuzz trees carry line tables only (-g1: file:line in ASan, UBSan and
+  # libFuzzer reports, a third less compile time than -g). The ASan tree builds the test
+  # executables (k3_tests), which is what its ctest runs.
+  DBG=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${DBG[@]}" -DK3_SANITIZE=ON \
+        -DK3_BUILD_PYTHON=OFF >/dev/null
+  cmake --build build-asan -j "$JOBS" --target k3_tests
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${DBG[@]}" -DCMAKE_CXX_COMPILER=clang++ \
         -DK3_FUZZ=ON -DK3_BUILD_TESTS=OFF -DK3_BUILD_BENCH=OFF -DK3_BUILD_PYTHON=OFF >/dev/null
   cmake --build build-fuzz -j "$JOBS" --target k3_fuzz_targets
 fi
