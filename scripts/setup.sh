@@ -8,7 +8,7 @@ APT_PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
   nlohmann-json3-dev libcli11-dev libssl-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   python3 python3-venv python3-numpy python3-torch bible-kjv
   chromium chromium-driver python3-selenium  # tests/python/test_web_page.py (headless browser)
-  libjs-marked node-dompurify libjs-highlight.js  # embedded into the chat page of k3 serve (tools/server/web/web.cmake)
+  libjs-marked node-dompurify libjs-highlight.js libjs-katex fonts-katex  # embedded into the chat page of k3 serve (tools/server/web/web.cmake)
   pybind11-dev python3-dev)  # the Python module k3._k3 (python/, built with the Release tree)
 missing=()
 for p in "${APT_PKGS[@]}"; do
