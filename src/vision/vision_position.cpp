@@ -61,8 +61,7 @@ Rope2D::Rope2D(int64_t dh, int64_t h, int64_t w) : dh_(dh), h_(h), w_(w), F_(dh 
                 std::to_string(kVisionRopeMaxGrid) + " per side (vision.md §3.2, §4.3)");
   freq_.resize(static_cast<size_t>(F_));
   for (int64_t k = 0; k < F_; ++k)
-    freq_[static_cast<size_t>(k)] =
-        std::pow(kVisionRopeTheta, -4.0 * static_cast<double>(k) / static_cast<double>(dh));
+    freq_[static_cast<size_t>(k)] = std::pow(kVisionRopeTheta, -4.0 * static_cast<double>(k) / static_cast<double>(dh));
   auto fill = [&](int64_t n, std::vector<float>& cs, std::vector<float>& sn) {
     cs.resize(static_cast<size_t>(n * F_));
     sn.resize(static_cast<size_t>(n * F_));

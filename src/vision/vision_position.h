@@ -43,9 +43,9 @@ class Rope2D {
 
  private:
   int64_t dh_, h_, w_, F_;
-  std::vector<double> freq_;             // [F]
-  std::vector<float> cos_r_, sin_r_;     // [h, F]
-  std::vector<float> cos_c_, sin_c_;     // [w, F]
+  std::vector<double> freq_;          // [F]
+  std::vector<float> cos_r_, sin_r_;  // [h, F]
+  std::vector<float> cos_c_, sin_c_;  // [w, F]
 };
 
 }  // namespace k3::vision

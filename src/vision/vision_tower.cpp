@@ -144,8 +144,8 @@ uint64_t VisionTower::workspace_bytes(int64_t L, int64_t max_image, const Vision
   const uint64_t chunk = std::min<uint64_t>(n, static_cast<uint64_t>(std::max<int64_t>(o.mlp_rows, 1)));
   const uint64_t Bq = static_cast<uint64_t>(o.query_tile), Bk = static_cast<uint64_t>(o.key_tile);
   const uint64_t per_thread = 2 * Bq * dh + Bq * Bk + 2 * Bq;
-  uint64_t floats = 2 * n * Dv + 3 * n * A + A * n + n * A + chunk * (Iv + Dv) +
-                    static_cast<uint64_t>(max_image) * Dv + N * (2 * Dp + Dt) +
+  uint64_t floats = n * static_cast<uint64_t>(kPatchValues) + 2 * n * Dv + 3 * n * A + A * n + n * A +
+                    chunk * (Iv + Dv) + static_cast<uint64_t>(max_image) * Dv + N * (2 * Dp + Dt) +
                     static_cast<uint64_t>(num_threads()) * per_thread;
   return floats * 4;
 }
@@ -181,8 +181,7 @@ VisionOutput VisionTower::encode(std::span<const ImagePatches> images, const Vis
     FBuf patches(static_cast<size_t>(L * P));
     for (size_t i = 0; i < images.size(); ++i)
       std::copy(images[i].patches.begin(), images[i].patches.end(), patches.begin() + items[i].row0 * P);
-    matmul_bf16_raw(reinterpret_cast<const uint16_t*>(w_.patch_embed->data), Dv, P, P, patches.data(), L, x.data(),
-                    w_.patch_embed->name);
+    matmul(w_.patch_embed, patches.data(), L, x.data());
   }
   dump("vision.patch_embed", x.data(), L, Dv);
   // §4.2 interpolated absolute position embedding (t = 1: no time table)
@@ -218,7 +217,8 @@ VisionOutput VisionTower::encode(std::span<const ImagePatches> images, const Vis
     }
     parallel_for(A, 1, [&](int64_t da, int64_t db) {
       for (int64_t d = da; d < db; ++d)
-        for (int64_t n = 0; n < L; ++n) kt[static_cast<size_t>(d * L + n)] = qkv[static_cast<size_t>(n * 3 * A + A + d)];
+        for (int64_t n = 0; n < L; ++n)
+          kt[static_cast<size_t>(d * L + n)] = qkv[static_cast<size_t>(n * 3 * A + A + d)];
     });
     attention(items, qkv.data(), kt.data(), attn.data(), L, Hv, dh, o.query_tile, o.key_tile);
     matmul(*bw.wo, attn.data(), L, u.data());

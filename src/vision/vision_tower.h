@@ -33,9 +33,9 @@
 namespace k3::vision {
 
 struct VisionOptions {
-  int64_t query_tile = 64;   ///< query rows per attention work item
-  int64_t key_tile = 256;    ///< key rows per online-softmax step
-  int64_t mlp_rows = 1024;   ///< rows per MLP chunk (bounds the [rows, Iv] buffer)
+  int64_t query_tile = 64;  ///< query rows per attention work item
+  int64_t key_tile = 256;   ///< key rows per online-softmax step
+  int64_t mlp_rows = 1024;  ///< rows per MLP chunk (bounds the [rows, Iv] buffer)
   /// When set, named intermediates are written (all float32, rows of the batch concatenated):
   /// vision.patch_embed [L, Dv], vision.pos_emb [L, Dv], vision.embed [L, Dv] (X₀ + Q),
   /// vision.block.{b} [L, Dv] (after block b), vision.final_norm [L, Dv], vision.merge [N, Dp],
@@ -63,7 +63,7 @@ class VisionTower {
   VisionOutput encode(std::span<const ImagePatches> images, const VisionOptions& options = {}) const;
 
   /// Activation bytes of encode for a batch of `n_patches` patches in all whose largest image
-  /// has `max_image_patches` (fp32 buffers: X, U [L, Dv]; QKV [L, 3A]; kᵀ [A, L]; O [L, A]; an
+  /// has `max_image_patches` (fp32 buffers: the packed patches [L, 588]; X, U [L, Dv]; QKV [L, 3A]; kᵀ [A, L]; O [L, A]; an
   /// MLP chunk [min(L, mlp_rows), Iv + Dv]; the position table of one image [L_i, Dv]; merge
   /// and projector [N, 2·Dp + Dt]; per-thread attention tiles). Linear in the patch count.
   uint64_t workspace_bytes(int64_t n_patches, int64_t max_image_patches, const VisionOptions& options = {}) const;

@@ -68,7 +68,8 @@ VisionWeights bind_vision_weights(const Checkpoint& ck) {
   const VisionBinder b(ck);
   VisionWeights w;
   w.config = *c.vision;
-  w.patch_embed = b.matrix(TensorRole::VisionPatchEmbed);
+  w.patch_embed = *b.matrix(TensorRole::VisionPatchEmbed);
+  w.patch_embed.shape = {w.patch_embed.shape[0], w.patch_embed.numel() / w.patch_embed.shape[0]};
   w.pos_emb = b.vector(TensorRole::VisionPosEmb);
   w.blocks.resize(static_cast<size_t>(w.config.num_layers));
   for (int il = 0; il < w.config.num_layers; ++il) {

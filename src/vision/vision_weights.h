@@ -24,13 +24,14 @@ struct VisionBlockWeights {
 
 struct VisionWeights {
   VisionConfig config;
-  const TensorView* patch_embed = nullptr;  ///< BF16 [Dv, 3, p, p], read as [Dv, 3·p·p]
-  std::vector<float> pos_emb;               ///< [Hpe, Wpe, Dv]
-  std::vector<VisionBlockWeights> blocks;   ///< [num_layers]
-  std::vector<float> final_norm;            ///< [Dv]
-  const TensorView* proj0 = nullptr;        ///< BF16 [Dp, Dp] mm_projector.proj.0
-  const TensorView* proj2 = nullptr;        ///< BF16 [Dt, Dp] mm_projector.proj.2
-  std::vector<float> post_norm;             ///< [Dt] mm_projector.post_norm
+  TensorView patch_embed;                  ///< BF16 [Dv, 3·p·p]: the stored [Dv, 3, p, p] conv weight viewed
+                                           ///< as a Linear weight (same bytes, 2-D for the GEMM kernels)
+  std::vector<float> pos_emb;              ///< [Hpe, Wpe, Dv]
+  std::vector<VisionBlockWeights> blocks;  ///< [num_layers]
+  std::vector<float> final_norm;           ///< [Dv]
+  const TensorView* proj0 = nullptr;       ///< BF16 [Dp, Dp] mm_projector.proj.0
+  const TensorView* proj2 = nullptr;       ///< BF16 [Dt, Dp] mm_projector.proj.2
+  std::vector<float> post_norm;            ///< [Dt] mm_projector.post_norm
 };
 
 /// Binds the tower of `ck`. Errors (k3::Error): "<dir> has no vision tower (no vision_config in

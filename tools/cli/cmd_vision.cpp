@@ -26,6 +26,7 @@ namespace {
 struct Options {
   std::string model, out, dump;
   std::vector<std::string> patches, grids;
+  int threads = 0;
   k3cli::InputLimit input_limit;
   k3cli::NumericsFlag numerics;
 };
@@ -110,7 +111,7 @@ void run(const Options& o) {
   if (o.patches.size() != o.grids.size())
     throw k3::Error("vision: " + std::to_string(o.patches.size()) + " --patches but " + std::to_string(o.grids.size()) +
                     " --grid (one --grid H,W per --patches file, in the same order)");
-  const k3::ExecContext ctx = k3::resolve_exec_config(o.numerics.exec(k3::Numerics::Exact));
+  const k3::ExecContext ctx = k3::resolve_exec_config(o.numerics.exec(k3::Numerics::Exact, o.threads));
   const k3::ExecScope scope(ctx);
   auto ck = k3::Checkpoint::open(o.model);
   const k3::vision::VisionTower tower(*ck);  // refuses a text-only checkpoint before any image is read
@@ -125,11 +126,13 @@ const k3cli::Registrar kReg(
       sub->add_option("-m,--model", o->model, "checkpoint directory (with a vision_config tower)")->required();
       sub->add_option("--patches", o->patches,
                       "float32 .npy [h*w, 588] or [h*w, 3, 14, 14] of one image's patches (spec vision.md §3.4); "
-                      "repeat for a batch")
-;
+                      "repeat for a batch");
       sub->add_option("--grid", o->grids, "the patch grid H,W of the matching --patches (both even)");
       sub->add_option("--out", o->out, "write the projector output as .npy float32 [n_tokens, hidden]");
       sub->add_option("--dump", o->dump, "write the named intermediates (.npy + manifest.json) to DIR");
+      sub->add_option("-t,--threads", o->threads, "worker threads (0 = all hardware threads)")
+          ->capture_default_str()
+          ->check(k3cli::IntRange(0, 1 << 20));
       o->input_limit.add_to(sub);
       o->numerics.add_to(sub);
       sub->callback([o] { run(*o); });
