@@ -3,7 +3,8 @@
 Tiny random towers from gen_tiny --vision (two shapes: head dim = width/heads with a 6x4 position
 table, and K3's wider qkv with a 4x4 table) on several grids: the smallest (2x2), square,
 non-square both ways, the table's own size (no interpolation), larger than the table
-(upsampling). Per token the rel-L2 of the exact fp32 engine against fp64 must stay below 1e-5;
+(upsampling), and 24x20 = 480 patches (several 64-row query tiles and 256-row key tiles of the
+online softmax). Per token the rel-L2 of the exact fp32 engine against fp64 must stay below 1e-5;
 every named intermediate (--dump) is compared the same way. Also: a batch of images in one call
 equals the images alone, `k3 tensors` lists gen_tiny's vision inventory, a text-only model is
 refused, a wrong-shape vision tensor is named.
@@ -29,7 +30,7 @@ import vision_ref  # noqa: E402
 
 K3 = os.environ.get("K3_BIN", os.path.join(ROOT, "build", "tools", "cli", "k3"))
 TOL = 1e-5
-GRIDS = {"tiny": [(2, 2), (4, 6), (6, 4), (8, 8), (12, 10)],
+GRIDS = {"tiny": [(2, 2), (4, 6), (6, 4), (8, 8), (12, 10), (24, 20)],
          "wide_qkv": [(2, 2), (4, 4), (2, 8), (10, 6)]}
 MEASURED = {}  # (tower, grid) -> max per-token rel-L2, printed by the last test
 
