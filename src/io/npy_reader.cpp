@@ -62,8 +62,7 @@ NpyArray parse_npy(std::string_view b, const std::string& what) {
   size_t item = 0;
   if (descr == "'<f4'") item = 4;
   else if (descr == "'<f8'") item = 8;
-  else
-    throw Error(what + ": .npy dtype " + std::string(descr) + " is not supported (expected '<f4' float32 or '<f8')");
+  else throw Error(what + ": .npy dtype " + std::string(descr) + " is not supported (expected '<f4' float32 or '<f8')");
   if (fortran != "False") throw Error(what + ": .npy array in Fortran order is not supported (expected C order)");
   if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')')
     throw Error(what + ": malformed .npy shape " + std::string(shape));

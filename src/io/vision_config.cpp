@@ -60,8 +60,7 @@ std::optional<VisionConfig> parse_vision_config(const json& top, const std::stri
   if (kind) *kind = VisionConfigKind::Absent;
   auto it = top.find("vision_config");
   if (it == top.end() || it->is_null()) return std::nullopt;
-  if (!it->is_object())
-    throw Error(origin + ": key 'vision_config': expected an object, found " + json_type_name(*it));
+  if (!it->is_object()) throw Error(origin + ": key 'vision_config': expected an object, found " + json_type_name(*it));
   const json& v = *it;
   if (!v.contains("vt_hidden_size")) {
     if (kind) *kind = VisionConfigKind::Placeholder;

@@ -22,21 +22,21 @@ inline constexpr int64_t kVisionRopeMaxGrid = 512;
 /// Hv·dh, Iv intermediate_size, (Hpe, Wpe) the learned position table, p patch_size,
 /// Dp = merged_width() the projector input, Dt text_hidden_size (= the text model's hidden_size).
 struct VisionConfig {
-  int patch_size = 14;         ///< p, `patch_size` (must be 14: the preprocessing's patches)
-  int hidden_size = 0;         ///< Dv, `vt_hidden_size` (K3: 1024)
-  int num_layers = 0;          ///< `vt_num_hidden_layers` (K3: 27)
-  int num_heads = 0;           ///< Hv, `vt_num_attention_heads` (K3: 12)
-  int qkv_hidden_size = 0;     ///< A, `qkv_hidden_size` (K3: 1536; absent: Dv)
-  int intermediate_size = 0;   ///< Iv, `vt_intermediate_size` (K3: 4096)
-  int pos_emb_height = 0;      ///< Hpe, `init_pos_emb_height` (K3: 64)
-  int pos_emb_width = 0;       ///< Wpe, `init_pos_emb_width` (K3: 64)
-  int merge_h = 2;             ///< `merge_kernel_size`[0] (must be 2)
-  int merge_w = 2;             ///< `merge_kernel_size`[1] (must be 2)
-  int mm_hidden_size = 0;      ///< `mm_hidden_size` (K3: 1024; must equal Dv)
-  int text_hidden_size = 0;    ///< Dt, `text_hidden_size` (K3: 7168; must equal the text hidden_size)
+  int patch_size = 14;          ///< p, `patch_size` (must be 14: the preprocessing's patches)
+  int hidden_size = 0;          ///< Dv, `vt_hidden_size` (K3: 1024)
+  int num_layers = 0;           ///< `vt_num_hidden_layers` (K3: 27)
+  int num_heads = 0;            ///< Hv, `vt_num_attention_heads` (K3: 12)
+  int qkv_hidden_size = 0;      ///< A, `qkv_hidden_size` (K3: 1536; absent: Dv)
+  int intermediate_size = 0;    ///< Iv, `vt_intermediate_size` (K3: 4096)
+  int pos_emb_height = 0;       ///< Hpe, `init_pos_emb_height` (K3: 64)
+  int pos_emb_width = 0;        ///< Wpe, `init_pos_emb_width` (K3: 64)
+  int merge_h = 2;              ///< `merge_kernel_size`[0] (must be 2)
+  int merge_w = 2;              ///< `merge_kernel_size`[1] (must be 2)
+  int mm_hidden_size = 0;       ///< `mm_hidden_size` (K3: 1024; must equal Dv)
+  int text_hidden_size = 0;     ///< Dt, `text_hidden_size` (K3: 7168; must equal the text hidden_size)
   float projector_eps = 1e-5f;  ///< `projector_ln_eps`, the projector post-norm's epsilon
 
-  int head_dim() const { return num_heads > 0 ? qkv_hidden_size / num_heads : 0; }  ///< dh (K3: 128)
+  int head_dim() const { return num_heads > 0 ? qkv_hidden_size / num_heads : 0; }      ///< dh (K3: 128)
   int64_t merged_width() const { return int64_t{merge_h} * merge_w * mm_hidden_size; }  ///< Dp (K3: 4096)
 };
 

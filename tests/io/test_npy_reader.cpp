@@ -42,16 +42,14 @@ std::string error_of(const std::string& bytes) {
 }  // namespace
 
 TEST(NpyReader, ReadsFloat32AndFloat64) {
-  const NpyArray a = parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
-                                   floats({1, 2, 3, 4, 5, -6.5f})),
-                               "a");
+  const NpyArray a = parse_npy(
+      npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", floats({1, 2, 3, 4, 5, -6.5f})), "a");
   EXPECT_EQ(a.shape, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(a.data, (std::vector<float>{1, 2, 3, 4, 5, -6.5f}));
   const double d[2] = {0.1, -3.0};
-  const NpyArray b = parse_npy(
-      npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", std::string(reinterpret_cast<const char*>(d), 16),
-          2),
-      "b");
+  const NpyArray b = parse_npy(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+                                   std::string(reinterpret_cast<const char*>(d), 16), 2),
+                               "b");
   EXPECT_EQ(b.shape, (std::vector<int64_t>{2}));
   EXPECT_EQ(b.data, (std::vector<float>{0.1f, -3.0f}));
   const NpyArray s = parse_npy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", floats({7})), "s");

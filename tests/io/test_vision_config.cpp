@@ -80,8 +80,9 @@ TEST(VisionConfig, RefusedValuesNameTheKey) {
       {vc("vt_intermediate_size", 0), "vision_config.vt_intermediate_size': expected a positive integer"},
       {vc("qkv_hidden_size", 33), "qkv_hidden_size': 33 is not a multiple of vt_num_attention_heads 2"},
       {vc("qkv_hidden_size", 36), "head dim 18 (qkv_hidden_size / vt_num_attention_heads) is not a multiple of 4"},
-      {vc("pos_emb_interpolation_mode", "bicubic"), "vision_config.pos_emb_interpolation_mode': \"bicubic\" is not "
-                                                    "supported"},
+      {vc("pos_emb_interpolation_mode", "bicubic"),
+       "vision_config.pos_emb_interpolation_mode': \"bicubic\" is not "
+       "supported"},
       {vc("norm_type", "layernorm"), "vision_config.norm_type'"},
       {vc("attn_bias", true), "vision_config.attn_bias': true is not supported"},
       {vc("mm_projector_type", "patchmerger"), "vision_config.mm_projector_type'"},
