@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/comm.h"
 #include "core/tensor.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
@@ -77,6 +78,9 @@ struct MoeWeights {
   /// When set, routed experts are read from the shards through this store (io/expert_store.h)
   /// instead of `experts`; same bytes, so the same results bit for bit. Not owned.
   ExpertStore* store = nullptr;
+  /// The ranks that split this layer's experts (null: one process): rank r computes the expert
+  /// ids split_range(E, size, r); the others' outputs arrive by all-gather (latent_moe.h). Not owned.
+  Comm* comm = nullptr;
   int layer = -1;           ///< this layer's index (the store's key; the layer of the
                             ///< expert tensor names in error messages)
   std::string name_prefix;  ///< the checkpoint's prefix of text tensor names
@@ -100,7 +104,8 @@ struct ModelWeights {
   ModelWeights(ModelWeights&&) = default;  // deque moves keep element addresses (views stay valid)
   ModelWeights& operator=(ModelWeights&&) = default;
   const TensorView* embed = nullptr;    ///< BF16 [V, D]
-  const TensorView* lm_head = nullptr;  ///< BF16 [V, D] (untied)
+  const TensorView* lm_head = nullptr;  ///< BF16 [V, D] (untied), or this rank's rows of it
+  bool lm_head_tied = false;            ///< tie_word_embeddings: lm_head is the embedding table
   std::vector<float> final_norm;        ///< [D] model.norm
   AttnResWeights out_res;               ///< output_attn_res_*
   std::vector<LayerWeights> layers;     ///< [num_hidden_layers]
