@@ -40,9 +40,9 @@ JOBS=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$JOBS"
 if [ "${1:-}" = "--asan" ]; then
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DK3_SANITIZE=ON -DK3_BUILD_PYTHON=OFF >/dev/null
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DK3_SANITIZE=ON -DK3_BUILD_PYTHON=OFF -DK3_MPI=OFF >/dev/null
   cmake --build build-asan -j "$JOBS"
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-        -DK3_FUZZ=ON -DK3_BUILD_TESTS=OFF -DK3_BUILD_BENCH=OFF -DK3_BUILD_PYTHON=OFF >/dev/null
+        -DK3_FUZZ=ON -DK3_BUILD_TESTS=OFF -DK3_BUILD_BENCH=OFF -DK3_BUILD_PYTHON=OFF -DK3_MPI=OFF >/dev/null
   cmake --build build-fuzz -j "$JOBS" --target k3_fuzz_targets
 fi
