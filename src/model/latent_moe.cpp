@@ -148,8 +148,6 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
       }
     });
   };
-  // Per-op timer (k3 bench --profile): w1, w3 [Im, L] and w2 [L, Im] in MXFP4, 17/32 byte per
-  // weight (a nibble plus one E8M0 byte per 32).
   // Under N ranks (w.comm) this rank runs the active experts of its id block only, positions
   // [a0, a1) of `active`, whose rows are one contiguous slice of yall; the all-gather below
   // fills the other ranks' slices, so the combine reads the same yall as one process.
@@ -162,6 +160,8 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
   const int me = w.comm ? w.comm->rank() : 0;
   const IndexRange mine = held(me);
   const int64_t a0 = mine.begin, a1 = mine.end;
+  // Per-op timer (k3 bench --profile): w1, w3 [Im, L] and w2 [L, Im] in MXFP4, 17/32 byte per
+  // weight (a nibble plus one E8M0 byte per 32).
   {
     const prof::Scope timer("block_sparse_moe.routed_experts",
                             static_cast<double>(a1 - a0) * 3.0 * static_cast<double>(L * dm.Im) * 17.0 / 32.0);
