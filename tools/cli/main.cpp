@@ -71,6 +71,13 @@ int main(int argc, char** argv) {
     }
     k3cli::world() = mpi->world();
   }
+#else
+  if (k3tools::launched_by_mpi()) {  // N copies of a one-process run would each compute everything
+    print_error(
+        "started by an MPI launcher, but this k3 was built without MPI (K3_MPI=OFF); build with "
+        "-DK3_MPI=ON (docs/distributed.md) or run it without mpirun");
+    return 1;
+  }
 #endif
   if (k3cli::world()->rank() != 0) {  // only rank 0 writes stdout and stderr (errors aside)
     const int saved = dup(STDERR_FILENO);
