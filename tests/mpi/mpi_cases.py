@@ -11,6 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
+import struct
 import subprocess
 import sys
 
@@ -70,6 +73,30 @@ class Cases:
                 os.rename(tmp, d)
             except OSError:
                 subprocess.run(["rm", "-rf", tmp])
+        return d
+
+    def poisoned_copy(self, model: str, experts: range, name: str) -> str:
+        """A copy of `model` whose routed experts `experts` (every MoE layer) have NaN MXFP4 scales
+        (E8M0 0xFF): a rank that computes with one of them fails or differs."""
+        d = os.path.join(self.work, f"{name}-{os.getpid()}")
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(model, d)
+        hit = 0
+        for f in sorted(os.listdir(d)):
+            if not f.endswith(".safetensors"):
+                continue
+            path = os.path.join(d, f)
+            with open(path, "r+b") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(n))
+                for t, v in header.items():
+                    m = re.search(r"\.experts\.(\d+)\.w[123]\.weight_scale$", t)
+                    if m and int(m.group(1)) in experts:
+                        b, e = v["data_offsets"]
+                        fh.seek(8 + n + b)
+                        fh.write(b"\xff" * (e - b))
+                        hit += 1
+        assert hit > 0, f"no expert scales of {list(experts)} found in {model}"
         return d
 
     def logits_equal(self, model: str, n: int, numerics: str = "exact", mca: list[str] | None = None,
@@ -151,6 +178,25 @@ class Cases:
         a = json.loads(ok(single(args), "one process").stdout)
         b = json.loads(ok(launch([(2, args)]), "2 ranks").stdout)
         assert a["mean_nll"] == b["mean_nll"] and a["ppl"] == b["ppl"] and a["n_scored"] == b["n_scored"], (a, b)
+
+    def case_ranks_read_only_their_experts_np2(self):
+        """Rank 0 opens a copy whose experts 8-15 (rank 1's) are poisoned, rank 1 one whose experts
+        0-7 (rank 0's) are: the logits still equal one process on the clean checkpoint."""
+        a = self.poisoned_copy(MINI, range(8, 16), "poison-rank1-experts")
+        b = self.poisoned_copy(MINI, range(0, 8), "poison-rank0-experts")
+        one = os.path.join(self.work, f"one-poison-{os.getpid()}.npy")
+        many = os.path.join(self.work, f"many-poison-{os.getpid()}.npy")
+        args = ["logits", "--ids", IDS, "--numerics", "int8"]
+        ok(single([self.k3] + args + ["-m", MINI, "--out", one]), "one process")
+        bad = single([self.k3] + args + ["-m", a, "--out", many])
+        assert bad.returncode != 0 or open(many, "rb").read() != open(one, "rb").read(), "the poison is not seen"
+        ok(launch([(1, [self.k3] + args + ["-m", a, "--out", many]), (1, [self.k3] + args + ["-m", b, "--out", many])]),
+           "2 ranks on poisoned copies")
+        assert open(one, "rb").read() == open(many, "rb").read(), "a rank computed with another rank's experts"
+        for p in (a, b):
+            shutil.rmtree(p)
+        os.remove(one)
+        os.remove(many)
 
     def case_refuse_other_checkpoint(self):
         """MPMD: rank 1 opens another checkpoint; every rank refuses, naming rank 1 and what differs."""
