@@ -23,17 +23,30 @@ const std::vector<int32_t> kIds = {5, 77, 300, 2, 511, 64, 128, 9, 250, 33, 1, 4
 
 struct Mode {
   const char* name;
-  k3::ExecConfig exec;
+  k3::ModelOptions options;
 };
 
+/// Every numerics mode, the oracle kernels, a quantized trunk (lm_head rows quantized per rank)
+/// and short prefill pieces (several rounds of collectives per call).
 std::vector<Mode> modes() {
-  k3::ExecConfig exact, int8, bf16, ref;
-  exact.numerics = k3::Numerics::Exact;
-  int8.numerics = k3::Numerics::Int8;
-  bf16.numerics = k3::Numerics::Bf16;
-  ref.kernels = k3::ModelKernels::Reference;
-  std::vector<Mode> m = {{"exact", exact}, {"int8", int8}, {"bf16", bf16}, {"reference", ref}};
-  for (Mode& x : m) x.exec.threads = 1;
+  std::vector<Mode> m(7);
+  m[0] = {"exact", {}};
+  m[0].options.exec.numerics = k3::Numerics::Exact;
+  m[1] = {"int8", {}};
+  m[1].options.exec.numerics = k3::Numerics::Int8;
+  m[2] = {"bf16", {}};
+  m[2].options.exec.numerics = k3::Numerics::Bf16;
+  m[3] = {"mxfp8", {}};
+  m[3].options.exec.numerics = k3::Numerics::Mxfp8;
+  m[4] = {"reference", {}};
+  m[4].options.exec.kernels = k3::ModelKernels::Reference;
+  m[5] = {"int8, trunk q8", {}};
+  m[5].options.exec.numerics = k3::Numerics::Int8;
+  m[5].options.trunk_quant = k3::QuantKind::Q8;
+  m[6] = {"exact, prefill_chunk 5", {}};
+  m[6].options.exec.numerics = k3::Numerics::Exact;
+  m[6].options.prefill_chunk = 5;
+  for (Mode& x : m) x.options.exec.threads = 1;
   return m;
 }
 
@@ -61,8 +74,7 @@ TEST(ExpertParallel, BitIdenticalToOneProcessAtEveryRankCount) {
   for (const char* variant : {"odd_experts", "few_experts", "k3"}) {
     auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint(variant, 1));
     for (const Mode& mode : modes()) {
-      k3::ModelOptions mo;
-      mo.exec = mode.exec;
+      const k3::ModelOptions mo = mode.options;
       const std::vector<float> one = run_model(k3::Model(*ck, mo));
       for (int n : {2, 3, 4}) {
         SCOPED_TRACE(std::string(variant) + " " + mode.name + " ranks " + std::to_string(n));
