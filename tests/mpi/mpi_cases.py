@@ -170,6 +170,9 @@ class Cases:
     def case_run_streamed_experts_np2(self):  # experts read from the shards (each rank: its own)
         self.run_equal(MINI, 2, ["--temp", "0", "--stream-experts", "--no-direct-io"])
 
+    def case_run_trunk_q8_np4(self):  # the trunk quantized at load, lm_head rows per rank
+        self.run_equal(MINI, 4, ["--temp", "0", "--trunk-type", "q8"])
+
     def case_perplexity_np2(self):
         text = os.path.join(self.work, "heldout-head.txt")
         with open(os.path.join(MINI, "heldout.txt"), encoding="utf-8") as f, open(text, "w", encoding="utf-8") as g:
