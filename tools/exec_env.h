@@ -18,6 +18,15 @@ inline std::string env_value(const char* name) {
   return v != nullptr ? std::string(v) : std::string();
 }
 
+/// True when an MPI launcher started this process (mpirun / mpiexec of Open MPI or MPICH, srun
+/// with PMI or PMIx): its rank variables are set. The program then starts MPI; otherwise it
+/// runs as one process and never touches MPI (docs/distributed.md).
+inline bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"})
+    if (!env_value(v).empty()) return true;
+  return false;
+}
+
 /// The config of `numerics_flag` (empty: K3_NUMERICS, else `fallback`), `threads` (<= 0: the
 /// process count) and K3_ISA / K3_KERNELS / K3_MXFP4. A program runs one config, so it also
 /// becomes the process default (set_default_exec_config: ModelOptions{} takes it, and kernels run

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/tensor_table.h"
 #include "kernels/ops.h"
 #include "kernels/ref/linear.h"
 #include "kernels/ref/norms.h"
@@ -40,9 +41,17 @@ struct Model::Impl {
   /// Per layer (empty for non-MLA layers and the Reference kernels): kv_b split into its k_nope
   /// and v halves once, here (views into the mapping: no bytes copied).
   std::vector<MlaKvbHalves> kv_b;
+  std::shared_ptr<Comm> comm;  ///< opt.comm, or a size-1 communicator
+  ModelShard shard;
+  TensorView lm_head_rows;  ///< this rank's rows of lm_head (split models)
 
   Impl(const Checkpoint& c, ModelOptions o)
-      : ck(c), cfg(c.config()), w(bind_weights(c)), opt(o), ctx(resolve_exec_config(o.exec)) {
+      : ck(c),
+        cfg(c.config()),
+        w(bind_weights(c)),
+        opt(o),
+        ctx(resolve_exec_config(o.exec)),
+        comm(o.comm ? o.comm : std::make_shared<SingleProcessComm>()) {
     if (opt.prefill_chunk < 1)
       throw Error("model options: prefill_chunk must be >= 1, found " + std::to_string(opt.prefill_chunk));
     opt.exec = ctx.config();
@@ -63,6 +72,7 @@ struct Model::Impl {
     }
     if (has_moe) moe = MoeDims::from(cfg);
     act = GluActivation::from(cfg);
+    split_weights();
     if (opt.trunk_quant && ex.fast) quantize_trunk(w, *opt.trunk_quant, opt.progress);
     if (opt.expert_store)
       for (size_t il = 0; il < w.layers.size(); ++il)
@@ -71,6 +81,38 @@ struct Model::Impl {
           w.layers[il].moe.layer = static_cast<int>(il);
         }
     if (cfg.attn_res_block_size <= 0) throw Error("config: attn_res_block_size must be > 0 (K3 uses Block AttnRes)");
+  }
+
+  /// This rank's share (ModelOptions::comm): the expert block and vocabulary rows of
+  /// split_range, lm_head narrowed to its rows (before trunk quantization, so only they are
+  /// read), the MoE layers given the communicator, and the bytes this rank reads.
+  void split_weights() {
+    const int r = comm->rank(), n = comm->size();
+    shard.rank = r;
+    shard.ranks = n;
+    const int64_t E = has_moe ? cfg.num_experts : 0, V = cfg.vocab_size, D = cfg.hidden_size;
+    shard.experts = split_range(E, n, r);
+    shard.vocab = split_range(V, n, r);
+    if (n > 1) {
+      lm_head_rows = *w.lm_head;
+      lm_head_rows.shape = {shard.vocab.size(), D};
+      lm_head_rows.data = w.lm_head->data ? w.lm_head->data + shard.vocab.begin * D * 2 : nullptr;
+      lm_head_rows.nbytes = static_cast<uint64_t>(shard.vocab.size() * D * 2);
+      w.lm_head = &lm_head_rows;
+      for (LayerWeights& L : w.layers)
+        if (L.spec.ffn == FfnKind::LatentMoE) L.moe.comm = comm.get();
+    }
+    for (const TensorView& t : ck.tensors()) {
+      const auto hit = match_tensor_name(cfg, text_tensor_name(t.name));
+      if (!hit) continue;  // vision tensors: never read by the text model
+      if (hit->expert >= 0) {
+        if (shard.experts.contains(hit->expert)) shard.expert_bytes += t.nbytes;
+      } else if (hit->role == TensorRole::LmHead) {
+        shard.lm_head_bytes += static_cast<uint64_t>(shard.vocab.size() * D * 2);
+      } else {
+        shard.trunk_bytes += t.nbytes;
+      }
+    }
   }
 
   /// One piece of a sequence in a batched layer loop: its state, its tokens, and the logits
@@ -91,7 +133,11 @@ Model::Model(const Checkpoint& ck, ModelOptions options) : impl_(std::make_uniqu
 const ModelOptions& Model::options() const { return impl_->opt; }
 Model::~Model() = default;
 const ModelConfig& Model::config() const { return impl_->cfg; }
-std::vector<std::span<const uint8_t>> Model::mapped_weight_ranges() const { return k3::mapped_weight_ranges(impl_->w); }
+std::vector<std::span<const uint8_t>> Model::mapped_weight_ranges() const {
+  return k3::mapped_weight_ranges(impl_->w, impl_->shard.experts);
+}
+const ModelShard& Model::shard() const { return impl_->shard; }
+Comm& Model::comm() const { return *impl_->comm; }
 
 SequenceState Model::new_sequence() const {
   SequenceState s;
@@ -290,8 +336,28 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
   for (int64_t r = 0; r < n_out; ++r) std::copy_n(&h[out_rows[r] * D], D, &fin[r * D]);
   FBuf xn = rmsnorm_rows(fin.data(), n_out, D, m.w.final_norm, eps, m.ex.fast);
   std::vector<float> all(static_cast<size_t>(n_out * V));
-  if (m.ex.fast) k3::matmul(*m.w.lm_head, xn.data(), n_out, all.data());
-  else ref::matmul(*m.w.lm_head, xn.data(), n_out, all.data());
+  if (m.shard.ranks == 1) {
+    if (m.ex.fast) k3::matmul(*m.w.lm_head, xn.data(), n_out, all.data());
+    else ref::matmul(*m.w.lm_head, xn.data(), n_out, all.data());
+  } else {
+    // Each rank computes the logits of its vocabulary rows, [n_out, V_r]; the all-gather
+    // concatenates the slices (rank order = vocabulary order) and each row is reassembled.
+    const int n = m.shard.ranks;
+    const int64_t Vr = m.shard.vocab.size();
+    std::vector<float> part(static_cast<size_t>(n_out * Vr)), got(static_cast<size_t>(n_out * V));
+    if (Vr > 0) {
+      if (m.ex.fast) k3::matmul(*m.w.lm_head, xn.data(), n_out, part.data());
+      else ref::matmul(*m.w.lm_head, xn.data(), n_out, part.data());
+    }
+    std::vector<int64_t> counts(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) counts[r] = n_out * split_range(V, n, r).size() * static_cast<int64_t>(sizeof(float));
+    m.comm->allgatherv(part.data(), counts, got.data());
+    const float* src = got.data();
+    for (int r = 0; r < n; ++r) {
+      const IndexRange v = split_range(V, n, r);
+      for (int64_t row = 0; row < n_out; ++row, src += v.size()) std::copy_n(src, v.size(), &all[row * V + v.begin]);
+    }
+  }
   if (dump) dump->add("logits", {n_out, V}, all.data());
   int64_t r = 0;
   for (int64_t s = 0; s < S; ++s) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/comm.h"
 #include "io/checkpoint.h"
 #include "io/expert_store.h"
 #include "kernels/exec_config.h"
@@ -42,6 +43,14 @@ struct ModelOptions {
   /// Trunk quantized at load (`--trunk-type q8|q4`, model/weights.h quantize_trunk); unset: the
   /// BF16 trunk as published. Used by the Fast kernels (the Reference oracle reads the BF16).
   std::optional<QuantKind> trunk_quant;
+  /// The group of ranks that runs this model together (core/comm.h; docs/distributed.md); null:
+  /// one process. Under N ranks each rank holds the routed experts of its contiguous expert-id
+  /// block and the lm_head rows of its vocabulary block (split_range) and computes everything
+  /// else redundantly; the rank-local expert outputs and logits slices are all-gathered and
+  /// combined in the single-process order, so every rank's results are bit-identical to one
+  /// process. Every rank must call forward / forward_batch with the same arguments, in the
+  /// same order (they are collective calls).
+  std::shared_ptr<Comm> comm;
   /// Progress of the long steps of loading (LoadedModel::open's shard headers, the trunk
   /// quantization); may be empty. Not part of the model's numerics.
   ProgressFn progress;
@@ -71,6 +80,19 @@ struct BatchEntry {
   StateLog* kda_steps = nullptr;
 };
 
+/// What this rank of a split model holds (ModelOptions::comm): its routed experts (the same
+/// expert-id block in every MoE layer) and its lm_head rows, split_range blocks of the
+/// experts and the vocabulary. One process: everything.
+struct ModelShard {
+  int rank = 0, ranks = 1;
+  IndexRange experts;  ///< expert ids [begin, end) of each MoE layer held here
+  IndexRange vocab;    ///< lm_head rows [begin, end) held here
+  /// Weight bytes this rank reads from the checkpoint: every replicated text tensor (trunk),
+  /// its experts' packed + scale bytes, its lm_head rows (a tied head counts as the embedding).
+  uint64_t trunk_bytes = 0, expert_bytes = 0, lm_head_bytes = 0;
+  uint64_t weight_bytes() const { return trunk_bytes + expert_bytes + lm_head_bytes; }
+};
+
 class Model {
  public:
   /// Binds (never copies) the checkpoint's weights; the checkpoint must outlive the model.
@@ -85,9 +107,13 @@ class Model {
   ~Model();
   const ModelConfig& config() const;
   /// The bytes of the checkpoint's mapping that this model's forward passes read (model/weights.h
-  /// mapped_weight_ranges: routed experts excluded when streamed, quantized trunk matrices
-  /// excluded), for page-in (core/page_in.h). Views into the mapping: valid while the checkpoint is.
+  /// mapped_weight_ranges: routed experts excluded when streamed, other ranks' experts and
+  /// lm_head rows excluded, quantized trunk matrices excluded), for page-in (core/page_in.h). Views into the mapping: valid while the checkpoint is.
   std::vector<std::span<const uint8_t>> mapped_weight_ranges() const;
+  /// This rank's share of the weights (one process: all of them).
+  const ModelShard& shard() const;
+  /// The model's communicator (options().comm, or the size-1 one when none was given).
+  Comm& comm() const;
   SequenceState new_sequence() const;
   /// Appends `tokens` (ids in [0, vocab)) to `seq` and returns logits, fp32 row-major:
   /// [tokens.size(), vocab] when all_logits, else [1, vocab] for the last token.

@@ -56,6 +56,12 @@ std::string expert_name(const MoeWeights& w, int64_t e) {
   return s;
 }
 
+/// Rank r's expert-id block of this layer: split_range(E, ranks, r) under w.comm, else all ids.
+IndexRange expert_block(const MoeWeights& w, int64_t E, int r) {
+  if (!w.comm || w.comm->size() == 1) return {0, E};
+  return split_range(E, w.comm->size(), r);
+}
+
 /// Fast path of latent_moe_forward (see the header).
 void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation& act, const float* x, int64_t T,
                      float* out, int32_t* topk_ids, float* topk_w, const ExecOptions& ex) {
@@ -142,29 +148,53 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
       }
     });
   };
+  // Under N ranks (w.comm) this rank runs the active experts of its id block only, positions
+  // [a0, a1) of `active`, whose rows are one contiguous slice of yall; the all-gather below
+  // fills the other ranks' slices, so the combine reads the same yall as one process.
+  const auto held = [&](int r) {
+    const IndexRange ids_r = expert_block(w, E, r);
+    const auto lo = std::lower_bound(active.begin(), active.end(), ids_r.begin);
+    const auto hi = std::lower_bound(active.begin(), active.end(), ids_r.end);
+    return IndexRange{lo - active.begin(), hi - active.begin()};
+  };
+  const int me = w.comm ? w.comm->rank() : 0;
+  const IndexRange mine = held(me);
+  const int64_t a0 = mine.begin, a1 = mine.end;
   // Per-op timer (k3 bench --profile): w1, w3 [Im, L] and w2 [L, Im] in MXFP4, 17/32 byte per
   // weight (a nibble plus one E8M0 byte per 32).
   {
     const prof::Scope timer("block_sparse_moe.routed_experts",
-                            static_cast<double>(n_active) * 3.0 * static_cast<double>(L * dm.Im) * 17.0 / 32.0);
+                            static_cast<double>(a1 - a0) * 3.0 * static_cast<double>(L * dm.Im) * 17.0 / 32.0);
     if (!w.store) {
-      run_experts(0, n_active, nullptr);
+      run_experts(a0, a1, nullptr);
     } else {
       // Streamed: the chunk's distinct experts in groups of G, the next group's reads queued
       // before this group computes, so at most 2·G experts are pinned (a prefill chunk may select
       // every expert of the layer; decode selects k <= G: one group).
       const int64_t G = std::max<int64_t>(2 * k, 32);
       auto acquire = [&](int64_t b) {
-        return w.store->acquire(w.layer, std::span<const int64_t>(active.data() + b, std::min(G, n_active - b)));
+        return w.store->acquire(w.layer, std::span<const int64_t>(active.data() + b, std::min(G, a1 - b)));
       };
-      ExpertStore::Lease cur = acquire(0);
-      for (int64_t b = 0; b < n_active; b += G) {
+      ExpertStore::Lease cur;
+      if (a0 < a1) cur = acquire(a0);
+      for (int64_t b = a0; b < a1; b += G) {
         ExpertStore::Lease next;
-        if (b + G < n_active) next = acquire(b + G);
-        run_experts(b, std::min(b + G, n_active), &cur);
+        if (b + G < a1) next = acquire(b + G);
+        run_experts(b, std::min(b + G, a1), &cur);
         cur = std::move(next);
       }
     }
+  }
+  if (w.comm && w.comm->size() > 1) {
+    const int n = w.comm->size();
+    std::vector<int64_t> counts(static_cast<size_t>(n));
+    const auto row_of = [&](int64_t a) { return a < n_active ? offset[a] : rows; };
+    for (int r = 0; r < n; ++r) {
+      const IndexRange h = r == me ? mine : held(r);
+      counts[r] = (row_of(h.end) - row_of(h.begin)) * L * static_cast<int64_t>(sizeof(float));
+    }
+    const prof::Scope timer("block_sparse_moe.allgather", 0.0);
+    w.comm->allgatherv(yall.data() + row_of(a0) * L, counts, yall.data());
   }
   for (int64_t a = 0; a < n_active; ++a) {
     const auto& grp = groups[active[a]];
@@ -191,55 +221,92 @@ void latent_moe_forward(const MoeWeights& w, const MoeDims& dm, const GluActivat
                         float* out, int32_t* topk_ids, float* topk_w, const ExecOptions& ex) {
   const int64_t D = dm.D, E = dm.E, L = dm.L, Im = dm.Im;
   const int k = dm.k;
-  std::vector<float> logits(E), z(L), g(Im), u(Im), y(L), acc(L), r(D);
-  std::vector<int32_t> ids(k);
-  std::vector<float> wts(k);
-  std::vector<float> shared;
   if (ex.fast) return latent_moe_fast(w, dm, act, x, T, out, topk_ids, topk_w, ex);
+  std::vector<float> logits(E), g(Im), u(Im), acc(L);
+  std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  std::vector<float> wts(static_cast<size_t>(T * k));
+  std::vector<float> z(static_cast<size_t>(T * L));
+  std::vector<float> y(static_cast<size_t>(T * k * L));  // [T, k, L] the selected experts' outputs
+  std::vector<float> shared;
   if (w.shared) {
     shared.resize(static_cast<size_t>(T * D));
     glu_mlp_forward(*w.shared, act, x, T, shared.data());
   }
+  const int me = w.comm ? w.comm->rank() : 0;
+  const IndexRange mine = expert_block(w, E, me);
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * D;
+    const std::span<int32_t> ids_t(&ids[t * k], k);
+    const std::span<float> wts_t(&wts[t * k], k);
     // 1. Router in fp32: s = σ(W_gate x).
     ref::matvec(*w.router, xt, logits.data());
     ref::sigmoid_inplace(logits.data(), E);
     // 2–3. Selection on biased scores; weights from the unbiased ones.
-    router_select_topk(logits, w.bias, k, dm.renormalize, dm.scaling, ids, wts);
+    router_select_topk(logits, w.bias, k, dm.renormalize, dm.scaling, ids_t, wts_t);
     // 4. Latent down-projection shared by all routed experts.
-    ref::matvec(*w.down, xt, z.data());
-    // 5–6. Weighted sum of expert outputs in the latent space.
-    std::fill(acc.begin(), acc.end(), 0.f);
-    ExpertStore::Lease lease;  // streamed experts: this token's k experts, read in parallel
-    if (w.store) {
-      const std::vector<int64_t> sel(ids.begin(), ids.end());
-      lease = w.store->acquire(w.layer, sel);
+    float* zt = &z[t * L];
+    ref::matvec(*w.down, xt, zt);
+    // 5. The selected experts this rank holds (all of them in one process).
+    std::vector<int> sel;  // positions i of ids_t held here
+    for (int i = 0; i < k; ++i)
+      if (mine.contains(ids_t[i])) sel.push_back(i);
+    ExpertStore::Lease lease;  // streamed experts: this token's held experts, read in parallel
+    if (w.store && !sel.empty()) {
+      std::vector<int64_t> want;
+      for (int i : sel) want.push_back(ids_t[i]);
+      lease = w.store->acquire(w.layer, want);
     }
-    for (int i = 0; i < k; ++i) {
+    for (size_t j = 0; j < sel.size(); ++j) {
+      const int i = sel[j];
       ExpertWeights streamed;
       if (w.store) {
-        const ExpertMatrices& m = lease.wait(static_cast<size_t>(i));
+        const ExpertMatrices& m = lease.wait(j);
         streamed = {m.w1, m.w2, m.w3};
       }
-      const ExpertWeights& ex = w.store ? streamed : w.experts[ids[i]];
-      const auto scale_name = [&](TensorRole role) { return expert_matrix_name(w, role, ids[i]) + ".weight_scale"; };
-      ref::matvec_mxfp4(ex.w1, z.data(), g.data(), scale_name(TensorRole::ExpertW1));
-      ref::matvec_mxfp4(ex.w3, z.data(), u.data(), scale_name(TensorRole::ExpertW3));
-      for (int64_t j = 0; j < Im; ++j) g[j] = act(g[j], u[j]);
-      ref::matvec_mxfp4(ex.w2, g.data(), y.data(), scale_name(TensorRole::ExpertW2));
-      for (int64_t j = 0; j < L; ++j) acc[j] += wts[i] * y[j];
+      const ExpertWeights& exw = w.store ? streamed : w.experts[ids_t[i]];
+      const auto scale_name = [&](TensorRole role) { return expert_matrix_name(w, role, ids_t[i]) + ".weight_scale"; };
+      ref::matvec_mxfp4(exw.w1, zt, g.data(), scale_name(TensorRole::ExpertW1));
+      ref::matvec_mxfp4(exw.w3, zt, u.data(), scale_name(TensorRole::ExpertW3));
+      for (int64_t c = 0; c < Im; ++c) g[c] = act(g[c], u[c]);
+      ref::matvec_mxfp4(exw.w2, g.data(), &y[(t * k + i) * L], scale_name(TensorRole::ExpertW2));
+    }
+  }
+  // Under N ranks: every rank's expert outputs, packed in (token, position) order per rank,
+  // all-gathered and put back at their [t, i] rows, so every rank combines all k of them.
+  if (w.comm && w.comm->size() > 1) {
+    const int n = w.comm->size();
+    std::vector<int64_t> counts(static_cast<size_t>(n), 0);
+    std::vector<int> owner(static_cast<size_t>(T * k));
+    for (int64_t j = 0; j < T * k; ++j) {
+      owner[j] = split_owner(E, n, ids[j]);
+      counts[owner[j]] += L * static_cast<int64_t>(sizeof(float));
+    }
+    std::vector<float> packed, gathered(static_cast<size_t>(T * k * L));
+    for (int64_t j = 0; j < T * k; ++j)
+      if (owner[j] == me) packed.insert(packed.end(), &y[j * L], &y[j * L] + L);
+    w.comm->allgatherv(packed.data(), counts, gathered.data());
+    std::vector<int64_t> cursor(static_cast<size_t>(n), 0);  // next row of each rank's piece
+    for (int r = 1; r < n; ++r) cursor[r] = cursor[r - 1] + counts[r - 1] / static_cast<int64_t>(sizeof(float));
+    for (int64_t j = 0; j < T * k; ++j) {
+      std::copy_n(&gathered[cursor[owner[j]]], L, &y[j * L]);
+      cursor[owner[j]] += L;
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    // 6. Weighted sum of expert outputs in the latent space, in the router's order.
+    std::fill(acc.begin(), acc.end(), 0.f);
+    for (int i = 0; i < k; ++i) {
+      const float* yi = &y[(t * k + i) * L];
+      for (int64_t j = 0; j < L; ++j) acc[j] += wts[t * k + i] * yi[j];
     }
     if (!w.latent_norm.empty()) ref::rmsnorm(acc.data(), L, w.latent_norm.data(), dm.rms_eps, acc.data());
     // 7–8. Up-projection plus the shared experts on the full-width x.
     ref::matvec(*w.up, acc.data(), out + t * D);
     if (w.shared)
       for (int64_t j = 0; j < D; ++j) out[t * D + j] += shared[t * D + j];
-    if (topk_ids)
-      for (int i = 0; i < k; ++i) topk_ids[t * k + i] = ids[i];
-    if (topk_w)
-      for (int i = 0; i < k; ++i) topk_w[t * k + i] = wts[i];
   }
+  if (topk_ids) std::copy(ids.begin(), ids.end(), topk_ids);
+  if (topk_w) std::copy(wts.begin(), wts.end(), topk_w);
 }
 
 }  // namespace k3

@@ -30,6 +30,11 @@ struct MoeDims {
 /// With w.store set, both paths take the experts' bytes from the ExpertStore (one acquire per
 /// call on the fast path: the block's distinct experts; per token on the oracle path) instead of
 /// the mapping — identical results; a failed read throws the store's k3::Error (names the shard).
+/// With w.comm of N > 1 ranks (a collective call: every rank calls it with identical x): this
+/// rank computes only the selected experts of its block split_range(E, N, rank) (and reads, maps or streams only
+/// their bytes); one all-gather of the expert outputs ([rows, L] fp32 per rank, possibly empty)
+/// gives every rank all of them, and the combine runs as in one process, so `out` is
+/// bit-identical to one process on every rank (spec distributed.md §4.2).
 void latent_moe_forward(const MoeWeights& w, const MoeDims& dims, const GluActivation& act, const float* x, int64_t T,
                         float* out, int32_t* topk_ids, float* topk_w, const ExecOptions& ex = {});
 

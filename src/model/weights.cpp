@@ -179,7 +179,8 @@ ModelWeights bind_weights(const Checkpoint& ck) {
   ModelWeights w;
   w.embed = b.matrix(R::EmbedTokens);
   // Tied embeddings: the table has no lm_head (a stored one is refused at open); the head is the embedding.
-  w.lm_head = tensor_present(c, R::LmHead) ? b.matrix(R::LmHead) : w.embed;
+  w.lm_head_tied = !tensor_present(c, R::LmHead);
+  w.lm_head = w.lm_head_tied ? w.embed : b.matrix(R::LmHead);
   w.final_norm = b.vector(R::FinalNorm);
   w.out_res = b.attn_res(R::OutResNorm, R::OutResProj);
   w.layers.resize(c.plan.size());
@@ -204,7 +205,7 @@ uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progr
   auto add = [&](const TensorView*& p) {
     if (p && p->dtype == DType::BF16 && p->shape.size() == 2 && p->shape[1] % 32 == 0 && !p->quant) slots.push_back(&p);
   };
-  if (w.lm_head != w.embed) add(w.lm_head);
+  if (!w.lm_head_tied) add(w.lm_head);
   for (LayerWeights& L : w.layers) {
     if (L.spec.attn == AttnKind::KDA) {
       for (const TensorView** p : {&L.kda.q_proj, &L.kda.k_proj, &L.kda.v_proj, &L.kda.f_a, &L.kda.f_b, &L.kda.b_proj,
@@ -248,7 +249,7 @@ uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progr
   return bytes;
 }
 
-std::vector<std::span<const uint8_t>> mapped_weight_ranges(const ModelWeights& w) {
+std::vector<std::span<const uint8_t>> mapped_weight_ranges(const ModelWeights& w, IndexRange experts) {
   std::vector<std::span<const uint8_t>> out;
   auto add = [&](const TensorView* p) {
     if (p && p->data && !p->quant) out.emplace_back(p->data, static_cast<size_t>(p->nbytes));
@@ -278,7 +279,9 @@ std::vector<std::span<const uint8_t>> mapped_weight_ranges(const ModelWeights& w
       add(L.moe.up);
       if (L.moe.shared) add_glu(*L.moe.shared);
       if (!L.moe.store)
-        for (const ExpertWeights& e : L.moe.experts) {
+        for (size_t i = 0; i < L.moe.experts.size(); ++i) {
+          if (experts.end != 0 && !experts.contains(static_cast<int64_t>(i))) continue;
+          const ExpertWeights& e = L.moe.experts[i];
           add_mxfp4(e.w1);
           add_mxfp4(e.w2);
           add_mxfp4(e.w3);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/comm.h"
 #include "core/tensor.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
@@ -78,6 +79,9 @@ struct MoeWeights {
   /// When set, routed experts are read from the shards through this store (io/expert_store.h)
   /// instead of `experts`; same bytes, so the same results bit for bit. Not owned.
   ExpertStore* store = nullptr;
+  /// The ranks that split this layer's experts (null: one process): rank r computes the expert
+  /// ids split_range(E, size, r); the others' outputs arrive by all-gather (latent_moe.h). Not owned.
+  Comm* comm = nullptr;
   int layer = -1;           ///< this layer's index (the store's key; the layer of the
                             ///< expert tensor names in error messages)
   std::string name_prefix;  ///< the checkpoint's prefix of text tensor names
@@ -101,7 +105,8 @@ struct ModelWeights {
   ModelWeights(ModelWeights&&) = default;  // deque moves keep element addresses (views stay valid)
   ModelWeights& operator=(ModelWeights&&) = default;
   const TensorView* embed = nullptr;    ///< BF16 [V, D]
-  const TensorView* lm_head = nullptr;  ///< BF16 [V, D] (untied)
+  const TensorView* lm_head = nullptr;  ///< BF16 [V, D] (untied), or this rank's rows of it
+  bool lm_head_tied = false;            ///< tie_word_embeddings: lm_head is the embedding table
   std::vector<float> final_norm;        ///< [D] model.norm
   AttnResWeights out_res;               ///< output_attn_res_*
   std::vector<LayerWeights> layers;     ///< [num_hidden_layers]
@@ -134,7 +139,9 @@ uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progr
 /// BF16 is no longer read), and each routed expert's MXFP4 packed (U8 [rows, cols/2]) and scale
 /// (U8 [rows, cols/32]) bytes unless the layer's experts are streamed (MoeWeights::store). The
 /// vectors decoded to fp32 at bind time are not included (read once, then). A range may repeat
-/// (tied embeddings: lm_head == embed) and is not page-aligned.
-std::vector<std::span<const uint8_t>> mapped_weight_ranges(const ModelWeights& w);
+/// (tied embeddings: lm_head == embed) and is not page-aligned. `experts`: the expert ids
+/// [begin, end) whose bytes are read (a rank's block under expert parallelism, model/k3_model.h
+/// ModelShard; the others' are never touched); an empty range (end == 0): every expert.
+std::vector<std::span<const uint8_t>> mapped_weight_ranges(const ModelWeights& w, IndexRange experts = {});
 
 }  // namespace k3

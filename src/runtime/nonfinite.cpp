@@ -114,6 +114,8 @@ std::string explain_forward_error(const std::exception& e, const Model& model, s
   if (m.find("NaN") == std::string::npos && m.find("nan") == std::string::npos && m.find("Inf") == std::string::npos &&
       m.find("finite") == std::string::npos)
     return m;
+  if (model.comm().size() > 1)
+    return m + "; run it as one process to name the first non-finite intermediate (k3 logits --dump)";
   return m + "; " + locate_nonfinite(model, tokens);
 }
 

@@ -25,6 +25,8 @@ std::string locate_nonfinite(const Model& model, std::span<const int32_t> tokens
 /// For an error thrown by Model::forward over `tokens`: when its message speaks of NaN / Inf /
 /// non-finite values (e.g. the router's "only 0 of 16 expert scores are not NaN"), a k3::Error
 /// with the same message plus "; " + locate_nonfinite(model, tokens); otherwise the message as is.
+/// A model split over ranks gets no replay (the error may be this rank's alone, and a replay's
+/// collectives would not match the other ranks'): the message says to rerun as one process.
 std::string explain_forward_error(const std::exception& e, const Model& model, std::span<const int32_t> tokens);
 
 }  // namespace k3

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "flag_checks.h"
+#include "ranks.h"
 #include "runtime/loaded_model.h"
 #include "runtime/model_fingerprint.h"
 #include "runtime/prefix_cache.h"
@@ -54,6 +55,7 @@ struct CacheFlags {
   /// The cache these flags ask for, or null when it is off. Errors: k3::Error naming the flag.
   std::unique_ptr<k3::PrefixCache> make(const k3::LoadedModel& lm) const {
     if (no_cache || (ram_mib == 0 && dir.empty())) return nullptr;
+    if (!dir.empty()) refuse_ranks("--cache-dir (the prefix cache on disk)");
     k3::PrefixCacheOptions o;
     o.block_tokens = block;
     o.snapshot_every = snapshot_every;

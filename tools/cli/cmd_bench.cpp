@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "command.h"
+#include "ranks.h"
 #include "core/error.h"
 #include "flag_checks.h"
 #include "exec_flags.h"
@@ -155,6 +156,7 @@ void page_in(const k3::Checkpoint& ck, bool skip_experts) {
 }
 
 void run(const Options& o) {
+  k3cli::refuse_ranks("k3 bench");
   if (o.threads > 0) k3::set_num_threads(o.threads);
   const int nt = k3::num_threads();
   auto ck = k3::Checkpoint::open(o.model);

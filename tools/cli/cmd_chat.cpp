@@ -27,6 +27,7 @@
 #include <string>
 
 #include "command.h"
+#include "ranks.h"
 #include "core/error.h"
 #include "flag_checks.h"
 #include "cache_flags.h"
@@ -186,6 +187,7 @@ class ThinkingView {
 };
 
 void run(const ChatCliOptions& o) {
+  k3cli::refuse_ranks("k3 chat");
   if (o.effort != "low" && o.effort != "high" && o.effort != "max")
     throw k3::Error("--effort: expected low, high or max, found '" + o.effort + "'");
   if (o.thinking != "fold" && o.thinking != "full" && o.thinking != "hide")

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/read_file.h"
 #include "flag_checks.h"
+#include "ranks.h"
 #include "runtime/nonfinite.h"
 #include "io/checkpoint.h"
 #include "model/dump.h"
@@ -132,12 +133,16 @@ void run(const Options& o) {
   }
   if (o.top_k < 1) throw k3::Error("--top-k: expected >= 1, found " + std::to_string(o.top_k));
   if (o.generate < 0) throw k3::Error("--generate: expected >= 0, found " + std::to_string(o.generate));
+  // Under N ranks (ranks.h) every rank runs this with the same flags; rank 0 writes --out.
+  if (!o.dump.empty()) k3cli::refuse_ranks("k3 logits --dump");
   auto ck = k3::Checkpoint::open(o.model);
   // `k3 logits` is exact by default (numerics 'exact': fp32 activations, the fp64 reference's
   // 1e-5 contract); --numerics / K3_NUMERICS select another mode, K3_MXFP4 the expert path.
   k3::ModelOptions mo;
   mo.exec = o.numerics.exec(k3::Numerics::Exact);
+  mo.comm = k3cli::world();
   k3::Model model(*ck, mo);
+  k3cli::check_ranks(*ck, model);
   const int64_t n_vocab = model.config().vocab_size, T = static_cast<int64_t>(ids.size());
   for (int64_t t = 0; t < T; ++t)
     if (ids[static_cast<size_t>(t)] >= n_vocab)
@@ -146,7 +151,7 @@ void run(const Options& o) {
                       " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
   k3::SequenceState seq = model.new_sequence();
   std::unique_ptr<NpyRowWriter> npy;
-  if (!o.out.empty()) npy = std::make_unique<NpyRowWriter>(o.out, T, n_vocab);
+  if (!o.out.empty() && k3cli::is_rank0()) npy = std::make_unique<NpyRowWriter>(o.out, T, n_vocab);
   const int k = static_cast<int>(std::min<int64_t>(o.top_k, n_vocab));
   std::vector<int32_t> idx(static_cast<size_t>(n_vocab));
   auto emit_rows = [&](const std::vector<float>& logits, int64_t t0, int64_t n) {
@@ -161,6 +166,7 @@ void run(const Options& o) {
       npy->write(logits.data(), n * n_vocab);
       return;
     }
+    if (!o.out.empty() || !k3cli::is_rank0()) return;
     for (int64_t r = 0; r < n; ++r) {
       const float* row = logits.data() + r * n_vocab;
       std::iota(idx.begin(), idx.end(), 0);
@@ -202,6 +208,7 @@ void run(const Options& o) {
     }
   }
   if (npy) npy->finish();
+  if (o.generate == 0) k3cli::print_comm_counters("logits");
   if (o.generate > 0) {
     std::vector<int32_t> gen;
     int32_t next = argmax(last_row.data(), n_vocab);
@@ -215,6 +222,7 @@ void run(const Options& o) {
                         " are not finite");
       next = argmax(l.data(), n_vocab);
     }
+    k3cli::print_comm_counters("logits");
     std::printf("generated:");
     for (size_t i = 0; i < gen.size(); ++i) std::printf("%s%d", i ? "," : " ", gen[i]);
     std::printf("\n");

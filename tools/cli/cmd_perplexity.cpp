@@ -12,6 +12,7 @@
 #include <string>
 
 #include "command.h"
+#include "ranks.h"
 #include "core/error.h"
 #include "core/read_file.h"
 #include "flag_checks.h"
@@ -70,7 +71,9 @@ void run(const PplOptions& o) {
   k3cli::set_threads(o.threads);
   k3::ModelOptions mo;
   mo.exec = o.numerics.exec(k3::default_numerics(), o.threads);
+  mo.comm = k3cli::world();  // under N ranks every rank runs the same windows (ranks.h)
   k3::LoadedModel lm = k3::LoadedModel::open(o.model_dir, mo);
+  k3cli::check_ranks(*lm.checkpoint, *lm.model);
   const std::vector<int32_t> tokens = lm.tokenizer->encode(text);
   const int64_t stride = o.stride == 0 ? o.n_ctx / 2 : o.stride;
   const std::vector<int64_t> starts = k3::perplexity_windows(static_cast<int64_t>(tokens.size()), o.n_ctx, stride);

@@ -83,6 +83,7 @@ void run(const RunOptions& o) {
   k3::ModelOptions mo = o.gen.model_options();
   mo.progress = progress.fn();
   k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, mo, stream);
+  k3cli::check_ranks(*lm.checkpoint, *lm.model);
   const std::optional<k3::PageInStats> warm = o.gen.warm_up(lm, progress.fn());
   const k3::Tokenizer& tok = *lm.tokenizer;
   std::vector<int32_t> prompt =
@@ -156,7 +157,7 @@ void run(const RunOptions& o) {
   }
   const std::string tail = dec.flush();
   text += tail;
-  if (!o.state_save.empty()) {
+  if (!o.state_save.empty() && k3cli::is_rank0()) {  // every rank holds the same state
     k3::SequenceFileMeta meta;
     meta.fingerprint = fingerprint;
     meta.ids = history;
@@ -227,6 +228,7 @@ void run(const RunOptions& o) {
                    k3cli::cache_stats_phrase(*cache, r.n_reused, static_cast<int64_t>(prompt.size())).c_str());
     if (lm.expert_store) std::fprintf(stderr, "%s\n", k3cli::expert_stream_line(*lm.expert_store).c_str());
     if (spec) std::fprintf(stderr, "%s\n", k3cli::SpecFlags::stats_line(*spec).c_str());
+    k3cli::print_comm_counters("k3 run");
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include "command.h"
 #include "progress_bar.h"
+#include "ranks.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "cache_flags.h"
@@ -127,6 +128,7 @@ class SignalWaiter {
 };
 
 void serve(const ServeOptions& o) {
+  k3cli::refuse_ranks("k3 serve");
   if (o.gen.n_predict < -1)
     throw k3::Error("-n/--n-predict: expected -1 (until stop) or >= 1, found " + std::to_string(o.gen.n_predict));
   if (o.gen.n_ctx < 2) throw k3::Error("-c/--ctx-size: expected >= 2, found " + std::to_string(o.gen.n_ctx));

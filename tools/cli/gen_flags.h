@@ -19,6 +19,7 @@
 #include "kernels/threads.h"
 #include "exec_flags.h"
 #include "omp_wait.h"
+#include "ranks.h"
 #include "runtime/loaded_model.h"
 #include "runtime/sampler.h"
 
@@ -73,6 +74,7 @@ struct GenFlags {
   k3::ModelOptions model_options() const {
     k3::ModelOptions mo;
     mo.exec = numerics.exec(k3::default_numerics(), threads);
+    mo.comm = world();  // the ranks of this process (ranks.h)
     const auto t = k3::trunk_type_from_name(trunk_type);
     if (!t) throw k3::Error("--trunk-type: expected bf16, q8 or q4, found '" + trunk_type + "'");
     if (*t == k3::TrunkType::Q8) mo.trunk_quant = k3::QuantKind::Q8;
@@ -201,10 +203,12 @@ struct GenFlags {
     return k3::page_in(lm.model->mapped_weight_ranges(), po, progress);
   }
 
-  /// Final sampler parameters (draws the random seed when none was given) — validated.
+  /// Final sampler parameters (draws the random seed when none was given; under N ranks rank 0's
+  /// draw is broadcast, a collective call, so every rank samples the same ids) — validated.
   k3::SamplerParams sampler_params() const {
     k3::SamplerParams p = sampling;
     p.seed = seed_given() ? seed : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+    if (!seed_given() && world()->size() > 1) world()->broadcast(&p.seed, sizeof p.seed, 0);
     p.validate();
     return p;
   }

@@ -1,6 +1,6 @@
 """Tiny random K3 checkpoint generator (published K3 layout, k3-architecture.md §1-§2, §4).
 
-Usage: python tools/reference/gen_tiny.py --out DIR --variant {k3,scaled,many_experts,kimi_linear_gate} --seed S
+Usage: python tools/reference/gen_tiny.py --out DIR --variant {k3,scaled,many_experts,kimi_linear_gate,odd_experts,few_experts} --seed S
        [--vision {tiny,wide_qkv}]
 
 --vision adds a tiny random MoonViT-V2 vision tower and projector (shared spec vision.md §1.1, §2:
@@ -22,7 +22,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import k3_checkpoint as kc  # noqa: E402
 
-VARIANTS = ("k3", "scaled", "many_experts", "kimi_linear_gate")
+# odd_experts: 6 experts (on 4 ranks: 2, 2, 1, 1) and 515 vocabulary rows (uneven lm_head split);
+# few_experts: 3 experts, so a 4th rank holds none (docs/distributed.md).
+VARIANTS = ("k3", "scaled", "many_experts", "kimi_linear_gate", "odd_experts", "few_experts")
 A_LOG_PAD = 8  # KDA has 4 heads; A_log stored zero-padded to 8 (like K3's 96 → 128)
 
 
@@ -34,6 +36,10 @@ def variant_config(variant: str) -> dict:
         return kc.make_config(routed_scaling_factor=2.5)
     if variant == "many_experts":
         return kc.make_config(num_experts=520, num_experts_per_token=8)
+    if variant == "odd_experts":
+        return kc.make_config(num_experts=6, num_experts_per_token=2, vocab_size=515)
+    if variant == "few_experts":
+        return kc.make_config(num_experts=3, num_experts_per_token=2)
     if variant == "kimi_linear_gate":
         cfg = kc.make_config()
         del cfg["text_config"]["linear_attn_config"]["gate_lower_bound"]

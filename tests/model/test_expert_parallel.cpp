@@ -1,0 +1,221 @@
+// Expert parallel + vocabulary-split lm_head (ModelOptions::comm, docs/distributed.md): ranks as
+// threads of this process (thread_comm_test_util.h), each with its own k3::Model, against one
+// process bit for bit — in every numerics mode and on the oracle kernels, with uneven splits and
+// a rank holding no expert; the shard bookkeeping, the fingerprint and the start-up check.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/expert_store.h"
+#include "model/k3_model.h"
+#include "runtime/model_fingerprint.h"
+#include "test_util.h"
+#include "thread_comm_test_util.h"
+
+namespace {
+
+const std::vector<int32_t> kIds = {5, 77, 300, 2, 511, 64, 128, 9, 250, 33, 1, 400};
+
+struct Mode {
+  const char* name;
+  k3::ModelOptions options;
+};
+
+/// Every numerics mode, the oracle kernels, a quantized trunk (lm_head rows quantized per rank)
+/// and short prefill pieces (several rounds of collectives per call).
+std::vector<Mode> modes() {
+  std::vector<Mode> m(7);
+  m[0] = {"exact", {}};
+  m[0].options.exec.numerics = k3::Numerics::Exact;
+  m[1] = {"int8", {}};
+  m[1].options.exec.numerics = k3::Numerics::Int8;
+  m[2] = {"bf16", {}};
+  m[2].options.exec.numerics = k3::Numerics::Bf16;
+  m[3] = {"mxfp8", {}};
+  m[3].options.exec.numerics = k3::Numerics::Mxfp8;
+  m[4] = {"reference", {}};
+  m[4].options.exec.kernels = k3::ModelKernels::Reference;
+  m[5] = {"int8, trunk q8", {}};
+  m[5].options.exec.numerics = k3::Numerics::Int8;
+  m[5].options.trunk_quant = k3::QuantKind::Q8;
+  m[6] = {"exact, prefill_chunk 5", {}};
+  m[6].options.exec.numerics = k3::Numerics::Exact;
+  m[6].options.prefill_chunk = 5;
+  for (Mode& x : m) x.options.exec.threads = 1;
+  return m;
+}
+
+/// Prefill logits (all rows) followed by two decode steps' logits, concatenated.
+std::vector<float> run_model(const k3::Model& m) {
+  k3::SequenceState s = m.new_sequence();
+  std::vector<float> out = m.forward(s, kIds, /*all_logits=*/true);
+  int32_t next = 3;
+  for (int step = 0; step < 2; ++step) {
+    const int32_t one[1] = {next};
+    const std::vector<float> l = m.forward(s, one, false);
+    out.insert(out.end(), l.begin(), l.end());
+    next = (next * 31 + 7) % 500;
+  }
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST(ExpertParallel, BitIdenticalToOneProcessAtEveryRankCount) {
+  for (const char* variant : {"odd_experts", "few_experts", "k3"}) {
+    auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint(variant, 1));
+    for (const Mode& mode : modes()) {
+      const k3::ModelOptions mo = mode.options;
+      const std::vector<float> one = run_model(k3::Model(*ck, mo));
+      for (int n : {2, 3, 4}) {
+        SCOPED_TRACE(std::string(variant) + " " + mode.name + " ranks " + std::to_string(n));
+        std::vector<std::vector<float>> got(static_cast<size_t>(n));
+        k3test::run_ranks(n, [&](int r, std::shared_ptr<k3::Comm> comm) {
+          k3::ModelOptions o = mo;
+          o.comm = comm;
+          got[static_cast<size_t>(r)] = run_model(k3::Model(*ck, o));
+        });
+        for (int r = 0; r < n; ++r) EXPECT_TRUE(same_bits(got[static_cast<size_t>(r)], one)) << "rank " << r;
+      }
+    }
+  }
+}
+
+TEST(ExpertParallel, SizeOneCommunicatorIsOneProcess) {
+  auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("odd_experts", 1));
+  k3::ModelOptions mo;
+  mo.exec.threads = 1;
+  const k3::Model plain(*ck, mo);
+  mo.comm = std::make_shared<k3::SingleProcessComm>();
+  const k3::Model one(*ck, mo);
+  EXPECT_TRUE(same_bits(run_model(plain), run_model(one)));
+  const k3::ModelShard& s = one.shard();
+  EXPECT_EQ(s.rank, 0);
+  EXPECT_EQ(s.ranks, 1);
+  EXPECT_EQ(s.experts.begin, 0);
+  EXPECT_EQ(s.experts.end, 6);
+  EXPECT_EQ(s.vocab.end, 515);
+  EXPECT_EQ(mo.comm->counters().collectives, 0u);  // one process: no collective is called
+  EXPECT_EQ(k3::model_fingerprint(*ck, plain), k3::model_fingerprint(*ck, one));
+  k3::check_ranks_agree(*ck, one, "build");  // nothing to compare
+}
+
+TEST(ExpertParallel, ShardsSplitExpertsAndVocabularyAndTheirBytes) {
+  auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("odd_experts", 1));
+  k3::ModelOptions mo;
+  mo.exec.threads = 1;
+  const k3::ModelShard all = k3::Model(*ck, mo).shard();
+  const int n = 4;
+  std::vector<k3::ModelShard> sh(n);
+  k3test::run_ranks(n, [&](int r, std::shared_ptr<k3::Comm> comm) {
+    k3::ModelOptions o = mo;
+    o.comm = comm;
+    sh[static_cast<size_t>(r)] = k3::Model(*ck, o).shard();
+  });
+  const int64_t expect_experts[4][2] = {{0, 2}, {2, 4}, {4, 5}, {5, 6}};  // 6 experts: 2, 2, 1, 1
+  const int64_t expect_vocab[4][2] = {{0, 129}, {129, 258}, {258, 387}, {387, 515}};
+  uint64_t experts = 0, head = 0;
+  for (int r = 0; r < n; ++r) {
+    const k3::ModelShard& s = sh[static_cast<size_t>(r)];
+    EXPECT_EQ(s.rank, r);
+    EXPECT_EQ(s.ranks, n);
+    EXPECT_EQ(s.experts.begin, expect_experts[r][0]);
+    EXPECT_EQ(s.experts.end, expect_experts[r][1]);
+    EXPECT_EQ(s.vocab.begin, expect_vocab[r][0]);
+    EXPECT_EQ(s.vocab.end, expect_vocab[r][1]);
+    EXPECT_EQ(s.trunk_bytes, all.trunk_bytes);  // the trunk is replicated
+    experts += s.expert_bytes;
+    head += s.lm_head_bytes;
+  }
+  EXPECT_GT(all.expert_bytes, 0u);
+  EXPECT_EQ(experts, all.expert_bytes);  // every expert byte on exactly one rank
+  EXPECT_EQ(head, all.lm_head_bytes);
+  EXPECT_EQ(sh[2].expert_bytes * 2, sh[0].expert_bytes);  // equal experts: 1 vs 2 of them
+}
+
+TEST(ExpertParallel, StreamedExpertsReadOnlyTheRanksOwn) {
+  auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("few_experts", 1));
+  k3::ExpertStoreOptions so;
+  so.direct = false;
+  so.io_threads = 2;
+  k3::ModelOptions mo;
+  mo.exec.threads = 1;
+  mo.expert_store = std::make_shared<k3::ExpertStore>(*ck, so);
+  const std::vector<float> one = run_model(k3::Model(*ck, mo));
+  const uint64_t one_bytes = mo.expert_store->stats().bytes_read;
+  const int n = 4;  // 3 experts: rank 3 holds none
+  std::vector<std::vector<float>> got(n);
+  std::vector<uint64_t> bytes(n);
+  k3test::run_ranks(n, [&](int r, std::shared_ptr<k3::Comm> comm) {
+    k3::ModelOptions o = mo;
+    o.comm = comm;
+    o.expert_store = std::make_shared<k3::ExpertStore>(*ck, so);
+    got[static_cast<size_t>(r)] = run_model(k3::Model(*ck, o));
+    bytes[static_cast<size_t>(r)] = o.expert_store->stats().bytes_read;
+  });
+  uint64_t sum = 0;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(same_bits(got[static_cast<size_t>(r)], one)) << "rank " << r;
+    sum += bytes[static_cast<size_t>(r)];
+  }
+  EXPECT_EQ(bytes[3], 0u) << "the rank without experts read expert bytes";
+  EXPECT_EQ(sum, one_bytes) << "every expert read once, by its rank";
+}
+
+TEST(ExpertParallel, FingerprintIsTheOneProcessValueOnEveryRank) {
+  auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("odd_experts", 1));
+  k3::ModelOptions mo;
+  mo.exec.threads = 1;
+  const std::string one = k3::model_fingerprint(*ck, k3::Model(*ck, mo));
+  std::vector<std::string> fp(3);
+  k3test::run_ranks(3, [&](int r, std::shared_ptr<k3::Comm> comm) {
+    k3::ModelOptions o = mo;
+    o.comm = comm;
+    const k3::Model m(*ck, o);
+    k3::check_ranks_agree(*ck, m, "build-1");
+    fp[static_cast<size_t>(r)] = k3::model_fingerprint(*ck, m);
+  });
+  for (const std::string& f : fp) EXPECT_EQ(f, one);
+}
+
+TEST(ExpertParallel, RanksWithAnotherCheckpointOrBuildRefuseToStart) {
+  auto a = k3::Checkpoint::open(k3test::tiny_checkpoint("odd_experts", 1));
+  auto b = k3::Checkpoint::open(k3test::tiny_checkpoint("odd_experts", 2));  // same shapes, other bytes
+  k3::ModelOptions mo;
+  mo.exec.threads = 1;
+  for (int differ : {0, 1}) {  // 0: rank 1 opened another checkpoint; 1: rank 2 runs another build
+    std::vector<std::string> errors(3);
+    k3test::run_ranks(3, [&](int r, std::shared_ptr<k3::Comm> comm) {
+      k3::ModelOptions o = mo;
+      o.comm = comm;
+      const k3::Checkpoint& ck = differ == 0 && r == 1 ? *b : *a;
+      const k3::Model m(ck, o);
+      try {
+        k3::check_ranks_agree(ck, m, differ == 1 && r == 2 ? "build-2" : "build-1");
+      } catch (const k3::Error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+    for (const std::string& e : errors) {
+      SCOPED_TRACE(e);
+      ASSERT_FALSE(e.empty()) << "every rank refuses";
+      if (differ == 0) {
+        EXPECT_NE(e.find("rank 1 ("), std::string::npos);
+        EXPECT_NE(e.find("the bytes of the replicated tensors"), std::string::npos);
+        EXPECT_EQ(e.find("rank 2 ("), std::string::npos);
+      } else {
+        EXPECT_NE(e.find("rank 2 ("), std::string::npos);
+        EXPECT_NE(e.find("the k3 binary"), std::string::npos);
+      }
+    }
+  }
+}

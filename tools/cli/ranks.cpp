@@ -1,0 +1,78 @@
+// The ranks of this k3 process: see ranks.h.
+#include "ranks.h"
+
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "core/error.h"
+#include "runtime/model_fingerprint.h"
+
+namespace k3cli {
+
+std::shared_ptr<k3::Comm>& world() {
+  static std::shared_ptr<k3::Comm> w = std::make_shared<k3::SingleProcessComm>();
+  return w;
+}
+
+std::string build_id() {
+  std::ifstream f("/proc/self/exe", std::ios::binary);
+  if (!f) throw k3::Error("rank check: cannot read /proc/self/exe (the k3 binary) to identify the build");
+  uint64_t h = k3::fnv1a64("k3-build", 8);
+  std::vector<char> buf(1 << 20);
+  while (f) {
+    f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    h = k3::fnv1a64(buf.data(), static_cast<size_t>(f.gcount()), h);
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+void check_ranks(const k3::Checkpoint& ck, const k3::Model& model) {
+  k3::Comm& comm = model.comm();
+  const int n = comm.size();
+  if (n == 1) return;
+  if (const std::string why = k3::ranks_disagreement(ck, model, build_id()); !why.empty()) throw GroupError(why);
+  const k3::ModelShard& s = model.shard();
+  const uint64_t mine[7] = {static_cast<uint64_t>(s.experts.begin),
+                            static_cast<uint64_t>(s.experts.end),
+                            static_cast<uint64_t>(s.vocab.begin),
+                            static_cast<uint64_t>(s.vocab.end),
+                            s.trunk_bytes,
+                            s.expert_bytes,
+                            s.lm_head_bytes};
+  std::vector<uint64_t> all(static_cast<size_t>(n) * 7);
+  comm.allgatherv(mine, std::vector<int64_t>(static_cast<size_t>(n), sizeof mine), all.data());
+  if (comm.rank() != 0) return;
+  const k3::ModelConfig& c = model.config();
+  std::fprintf(stderr, "k3: %d ranks over %s; each holds the replicated trunk, its experts and lm_head rows:\n", n,
+               comm.transport().c_str());
+  for (int r = 0; r < n; ++r) {
+    const uint64_t* a = &all[static_cast<size_t>(r) * 7];
+    std::fprintf(stderr,
+                 "k3:   rank %d: experts [%llu, %llu) of %d, vocab rows [%llu, %llu) of %d; weights %.3f MB "
+                 "(trunk %.3f + experts %.3f + lm_head %.3f)\n",
+                 r, static_cast<unsigned long long>(a[0]), static_cast<unsigned long long>(a[1]), c.num_experts,
+                 static_cast<unsigned long long>(a[2]), static_cast<unsigned long long>(a[3]), c.vocab_size,
+                 static_cast<double>(a[4] + a[5] + a[6]) / 1e6, static_cast<double>(a[4]) / 1e6,
+                 static_cast<double>(a[5]) / 1e6, static_cast<double>(a[6]) / 1e6);
+  }
+}
+
+void refuse_ranks(const std::string& what) {
+  if (world()->size() > 1)
+    throw GroupError(what + " runs as one process in this version (found " + std::to_string(world()->size()) +
+                     " ranks); serving and interactive use across ranks: docs/distributed.md");
+}
+
+void print_comm_counters(const char* who) {
+  const k3::Comm& c = *world();
+  if (c.size() == 1 || c.rank() != 0) return;
+  const k3::CommCounters& k = c.counters();
+  std::fprintf(stderr, "%s: rank 0 of %d: %llu collectives, %.3f MB sent, %.3f MB received\n", who, c.size(),
+               static_cast<unsigned long long>(k.collectives), static_cast<double>(k.bytes_sent) / 1e6,
+               static_cast<double>(k.bytes_received) / 1e6);
+}
+
+}  // namespace k3cli
