@@ -142,6 +142,32 @@ TEST(ExpertParallel, ShardsSplitExpertsAndVocabularyAndTheirBytes) {
   EXPECT_EQ(sh[2].expert_bytes * 2, sh[0].expert_bytes);  // equal experts: 1 vs 2 of them
 }
 
+/// The page-in ranges of a rank (Model::mapped_weight_ranges, `--warm`) hold its experts and
+/// lm_head rows and the replicated rest: what is not the rank's own is the same on every rank and
+/// equals one process's replicated part.
+TEST(ExpertParallel, MappedRangesOfARankHoldOnlyItsExpertsAndVocabularyRows) {
+  auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("odd_experts", 1));
+  k3::ModelOptions mo;
+  mo.exec.threads = 1;
+  auto range_bytes = [](const k3::Model& m) {
+    uint64_t b = 0;
+    for (const auto& r : m.mapped_weight_ranges()) b += r.size();
+    return b;
+  };
+  const k3::Model one(*ck, mo);
+  const uint64_t replicated = range_bytes(one) - one.shard().expert_bytes - one.shard().lm_head_bytes;
+  const int n = 4;
+  std::vector<uint64_t> bytes(n), own(n);
+  k3test::run_ranks(n, [&](int r, std::shared_ptr<k3::Comm> comm) {
+    k3::ModelOptions o = mo;
+    o.comm = comm;
+    const k3::Model m(*ck, o);
+    bytes[static_cast<size_t>(r)] = range_bytes(m);
+    own[static_cast<size_t>(r)] = m.shard().expert_bytes + m.shard().lm_head_bytes;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(bytes[static_cast<size_t>(r)] - own[static_cast<size_t>(r)], replicated) << r;
+}
+
 TEST(ExpertParallel, StreamedExpertsReadOnlyTheRanksOwn) {
   auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("few_experts", 1));
   k3::ExpertStoreOptions so;
