@@ -8,7 +8,8 @@ Images are generated here: every PNG mode Pillow distinguishes (RGB, RGBA with a
 colours, palette with and without tRNS, 1-bit, 2/4/8-bit gray, gray + tRNS, 16-bit gray, RGB, RGBA
 and gray+alpha, interlaced), JPEG (baseline, progressive, 4:4:4, gray, CMYK), WebP (lossless and
 lossy, with and without alpha, animated), APNG. Each runs under K3's configuration (no resize at
-these sizes: padding only) and under small patch budgets that force a resize.
+these sizes: padding only) and under small patch budgets that force a resize (one of them with the
+fill before the resize).
 
 Malformed files (truncated, zero size, wrong magic, GIF, BMP, a decompression bomb, over the byte
 limit) must give one error line naming the image, exit 1.
@@ -81,6 +82,9 @@ def reference_patches(data, cfg):
     im = Image.open(io.BytesIO(data))
     w0, h0 = im.size
     w1, h1, pw, ph = target_size(w0, h0, cfg)
+    mode = im.mode
+    if cfg.get("before_resize"):  # fill first, resize the RGB result
+        im = Image.fromarray(fill_transparent(im, cfg), "RGB")
     if (w1, h1) != (w0, h0):
         im = im.resize((w1, h1), Image.BICUBIC)
     rgb = fill_transparent(im, cfg)
@@ -92,7 +96,7 @@ def reference_patches(data, cfg):
     p = cfg["patch_size"]
     gh, gw = x.shape[0] // p, x.shape[1] // p
     patches = x.reshape(gh, p, gw, p, 3).transpose(0, 2, 4, 1, 3).reshape(gh * gw, 3 * p * p)
-    return patches, (w0, h0), (w1, h1), (gh, gw), im.mode
+    return patches, (w0, h0), (w1, h1), (gh, gw), mode
 
 
 # ---- image generators ----------------------------------------------------------------------------
@@ -227,6 +231,7 @@ CONFIGS = {
     "side4": {"patch_limit_on_one_side": 4, "transparent_bg_config": {
         "pattern": "chessboard", "chessboard_square_size": 5, "chessboard_square_on_top_left": False,
         "chessboard_white_value": 250, "chessboard_gray_value": 3}},
+    "before12": {"in_patch_limit": 12, "transparent_bg_fill_stage": "before_resize"},  # fill, then resize RGB
 }
 
 
@@ -252,6 +257,7 @@ def ref_config(extra):
     cfg["on_top_left"] = bg.get("chessboard_square_on_top_left", cfg["on_top_left"])
     cfg["white"] = bg.get("chessboard_white_value", cfg["white"])
     cfg["gray"] = bg.get("chessboard_gray_value", cfg["gray"])
+    cfg["before_resize"] = extra.get("transparent_bg_fill_stage") == "before_resize"
     return cfg
 
 
