@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "core/error.h"
 
 namespace k3::vision {
 namespace {
@@ -69,26 +72,53 @@ int32_t round_half_away(double v) {
   return static_cast<int32_t>(v >= 0.0 ? std::floor(v + 0.5) : -std::floor(std::fabs(v) + 0.5));
 }
 
-// One pass along x (rows stay) or along y (columns stay) of interleaved 8-bit channels.
-std::vector<uint8_t> pass_u8(const std::vector<uint8_t>& in, int64_t w, int64_t h, int ch, const Taps& t,
-                             bool horizontal) {
-  const int64_t out_n = static_cast<int64_t>(t.first.size());
-  const int64_t w_out = horizontal ? out_n : w, h_out = horizontal ? h : out_n;
-  std::vector<uint8_t> out(static_cast<std::size_t>(w_out * h_out * ch));
-  for (int64_t y = 0; y < h_out; ++y)
-    for (int64_t x = 0; x < w_out; ++x) {
-      const int64_t i = horizontal ? x : y;
-      const int32_t* k = &t.fixed[static_cast<std::size_t>(i * t.ksize)];
-      for (int c = 0; c < ch; ++c) {
-        int64_t acc = int64_t{1} << (kPrecisionBits - 1);
-        for (int64_t j = 0; j < t.count[i]; ++j) {
-          const int64_t sx = horizontal ? t.first[i] + j : x, sy = horizontal ? y : t.first[i] + j;
-          acc += int64_t{in[static_cast<std::size_t>((sy * w + sx) * ch + c)]} * k[j];
-        }
-        out[static_cast<std::size_t>((y * w_out + x) * ch + c)] = clip8(acc);
-      }
+// The horizontal pass of interleaved 8-bit channels: [h, w, CH] -> [h, out, CH].
+template <int CH>
+std::vector<uint8_t> horizontal_u8(std::span<const uint8_t> in, int64_t w, int64_t h, const Taps& t) {
+  const int64_t out_w = static_cast<int64_t>(t.first.size());
+  std::vector<uint8_t> out(static_cast<std::size_t>(out_w * h * CH));
+  for (int64_t y = 0; y < h; ++y) {
+    const uint8_t* row = in.data() + static_cast<std::size_t>(y * w * CH);
+    uint8_t* dst = out.data() + static_cast<std::size_t>(y * out_w * CH);
+    for (int64_t x = 0; x < out_w; ++x) {
+      const int32_t* k = &t.fixed[static_cast<std::size_t>(x * t.ksize)];
+      const uint8_t* src = row + t.first[x] * CH;
+      int64_t acc[CH];
+      for (int c = 0; c < CH; ++c) acc[c] = int64_t{1} << (kPrecisionBits - 1);
+      for (int64_t j = 0; j < t.count[x]; ++j)
+        for (int c = 0; c < CH; ++c) acc[c] += int64_t{src[j * CH + c]} * k[j];
+      for (int c = 0; c < CH; ++c) dst[x * CH + c] = clip8(acc[c]);
     }
+  }
   return out;
+}
+
+// The vertical pass of 8-bit values, rows of `row_len` bytes: [h, row_len] -> [out, row_len].
+std::vector<uint8_t> vertical_u8(std::span<const uint8_t> in, int64_t row_len, const Taps& t) {
+  const int64_t out_h = static_cast<int64_t>(t.first.size());
+  std::vector<uint8_t> out(static_cast<std::size_t>(out_h * row_len));
+  std::vector<int64_t> acc(static_cast<std::size_t>(row_len));
+  for (int64_t y = 0; y < out_h; ++y) {
+    std::fill(acc.begin(), acc.end(), int64_t{1} << (kPrecisionBits - 1));
+    const int32_t* k = &t.fixed[static_cast<std::size_t>(y * t.ksize)];
+    for (int64_t j = 0; j < t.count[y]; ++j) {
+      const uint8_t* src = in.data() + static_cast<std::size_t>((t.first[y] + j) * row_len);
+      const int64_t kj = k[j];
+      for (int64_t i = 0; i < row_len; ++i) acc[i] += int64_t{src[i]} * kj;
+    }
+    uint8_t* dst = out.data() + static_cast<std::size_t>(y * row_len);
+    for (int64_t i = 0; i < row_len; ++i) dst[i] = clip8(acc[i]);
+  }
+  return out;
+}
+
+std::vector<uint8_t> horizontal_u8_any(std::span<const uint8_t> in, int64_t w, int64_t h, int ch, const Taps& t) {
+  switch (ch) {
+    case 1: return horizontal_u8<1>(in, w, h, t);
+    case 2: return horizontal_u8<2>(in, w, h, t);
+    case 3: return horizontal_u8<3>(in, w, h, t);
+    default: return horizontal_u8<4>(in, w, h, t);
+  }
 }
 
 std::vector<int32_t> pass_i32(const std::vector<int32_t>& in, int64_t w, int64_t h, const Taps& t, bool horizontal) {
@@ -146,14 +176,14 @@ void unpremultiply(std::vector<uint8_t>& px, int ch) {
 
 std::vector<uint8_t> resize_bicubic_u8(std::span<const uint8_t> in, int64_t w0, int64_t h0, int channels, int64_t w1,
                                        int64_t h1) {
-  std::vector<uint8_t> cur(in.begin(), in.end());
-  int64_t w = w0;
-  if (w1 != w0) {
-    cur = pass_u8(cur, w0, h0, channels, bicubic_taps(w0, w1), true);
-    w = w1;
-  }
-  if (h1 != h0) cur = pass_u8(cur, w, h0, channels, bicubic_taps(h0, h1), false);
-  return cur;
+  if (channels < 1 || channels > 4)
+    throw Error("resize_bicubic_u8: expected 1 to 4 channels, found " + std::to_string(channels));
+  if (w1 == w0 && h1 == h0) return std::vector<uint8_t>(in.begin(), in.end());
+  if (h1 == h0) return horizontal_u8_any(in, w0, h0, channels, bicubic_taps(w0, w1));
+  const Taps vt = bicubic_taps(h0, h1);
+  if (w1 == w0) return vertical_u8(in, w0 * channels, vt);
+  const std::vector<uint8_t> tmp = horizontal_u8_any(in, w0, h0, channels, bicubic_taps(w0, w1));
+  return vertical_u8(tmp, w1 * channels, vt);
 }
 
 std::vector<int32_t> resize_bicubic_i32(std::span<const int32_t> in, int64_t w0, int64_t h0, int64_t w1, int64_t h1) {
@@ -180,8 +210,14 @@ std::vector<uint8_t> resize_nearest_u8(std::span<const uint8_t> in, int64_t w0, 
 }
 
 DecodedImage resize_image(const DecodedImage& im, int64_t w1, int64_t h1) {
-  DecodedImage out = im;
-  if (w1 == im.width && h1 == im.height) return out;
+  if (w1 == im.width && h1 == im.height) return im;
+  DecodedImage out;  // everything but the pixels
+  out.format = im.format;
+  out.mode = im.mode;
+  out.palette = im.palette;
+  out.palette_alpha = im.palette_alpha;
+  out.has_palette_alpha = im.has_palette_alpha;
+  out.transparent_key = im.transparent_key;
   out.width = w1;
   out.height = h1;
   const int ch = mode_channels(im.mode);
