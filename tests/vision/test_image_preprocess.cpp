@@ -276,3 +276,54 @@ TEST(ImageDecode, RefusalsBeforeDecoding) {
             std::string::npos);
   EXPECT_NE(err(bytes_of(std::string("RIFF\x10\0\0\0WEBPVP8 ", 16)), lim).find("WebP"), std::string::npos);
 }
+
+TEST(ImageDecode, PaletteWithTransparencyAndLosslessWebp) {
+  // 3x2 palette PNG written by Pillow: PLTE red, green, blue, (10, 20, 30); tRNS 255, 128, 0;
+  // indices [[0, 1, 2], [3, 0, 1]].
+  const std::vector<uint8_t> png = {
+      0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52, 0x00, 0x00,
+      0x00, 0x03, 0x00, 0x00, 0x00, 0x02, 0x02, 0x03, 0x00, 0x00, 0x00, 0xe0, 0x1a, 0x8e, 0x89, 0x00, 0x00, 0x00,
+      0x0c, 0x50, 0x4c, 0x54, 0x45, 0xff, 0x00, 0x00, 0x00, 0xff, 0x00, 0x00, 0x00, 0xff, 0x0a, 0x14, 0x1e, 0x22,
+      0x88, 0x29, 0x04, 0x00, 0x00, 0x00, 0x03, 0x74, 0x52, 0x4e, 0x53, 0xff, 0x80, 0x00, 0x7f, 0x6d, 0x68, 0x78,
+      0x00, 0x00, 0x00, 0x0c, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0x90, 0x60, 0x38, 0x02, 0x00, 0x01, 0x10,
+      0x00, 0xdd, 0x11, 0xe5, 0x0f, 0x22, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82};
+  const kv::DecodedImage p = kv::decode_image(png, "p.png", kv::ImageLimits{});
+  EXPECT_TRUE(p.format == kv::ImageFormat::kPng);
+  EXPECT_STREQ(kv::mode_name(p.mode), "P");
+  EXPECT_EQ(p.width, 3);
+  EXPECT_EQ(p.height, 2);
+  EXPECT_EQ(p.pixels, (std::vector<uint8_t>{0, 1, 2, 3, 0, 1}));
+  EXPECT_TRUE(p.has_palette_alpha);
+  EXPECT_EQ(p.palette_alpha[0], 255);
+  EXPECT_EQ(p.palette_alpha[1], 128);
+  EXPECT_EQ(p.palette_alpha[2], 0);
+  EXPECT_EQ(p.palette_alpha[3], 255);  // past the tRNS entries: opaque
+  EXPECT_EQ(p.palette[3 * 3 + 2], 30);
+  EXPECT_EQ(p.palette[3 * 9], 9);  // past the PLTE entries: gray (i, i, i)
+  const kv::ImagePreprocessConfig cfg;
+  const std::vector<uint8_t> rgb = kv::fill_transparent_to_rgb(p, cfg);
+  const uint8_t g = kv::composite_over(255, 128, 255);  // green over the white square
+  EXPECT_EQ(rgb, (std::vector<uint8_t>{255, 0, 0, kv::composite_over(0, 128, 255), g, kv::composite_over(0, 128, 255),
+                                       255, 255, 255, 10, 20, 30, 255, 0, 0, kv::composite_over(0, 128, 255), g,
+                                       kv::composite_over(0, 128, 255)}));
+
+  // 2x2 lossless WebP with alpha (Pillow, exact=True: colour kept under alpha 0).
+  const std::vector<uint8_t> webp = {0x52, 0x49, 0x46, 0x46, 0x3c, 0x00, 0x00, 0x00, 0x57, 0x45, 0x42, 0x50, 0x56, 0x50,
+                                     0x38, 0x4c, 0x2f, 0x00, 0x00, 0x00, 0x2f, 0x01, 0x40, 0x00, 0x10, 0x1f, 0x20, 0x20,
+                                     0x21, 0xca, 0x10, 0xdb, 0x4c, 0x36, 0x4f, 0x40, 0x42, 0xe4, 0x88, 0x6d, 0xde, 0xba,
+                                     0x45, 0x20, 0x40, 0x11, 0x7e, 0xd8, 0xe6, 0xb6, 0x37, 0x02, 0x01, 0x82, 0x73, 0xe7,
+                                     0x02, 0xf2, 0x9f, 0x9a, 0xda, 0xf0, 0x03, 0x84, 0x88, 0xfe, 0x47, 0x00};
+  const kv::DecodedImage w = kv::decode_image(webp, "w.webp", kv::ImageLimits{});
+  EXPECT_TRUE(w.format == kv::ImageFormat::kWebp);
+  EXPECT_STREQ(kv::mode_name(w.mode), "RGBA");
+  EXPECT_EQ(w.pixels, (std::vector<uint8_t>{1, 2, 3, 255, 40, 50, 60, 0, 70, 80, 90, 128, 200, 210, 220, 255}));
+  // Truncations of both are refused with the image named.
+  for (std::size_t n : {std::size_t{9}, std::size_t{40}, png.size() - 20}) {
+    const std::string e = error_of([&] { kv::decode_image(std::span(png.data(), n), "cut.png", kv::ImageLimits{}); });
+    EXPECT_NE(e.find("image cut.png: "), std::string::npos) << e;
+  }
+  for (std::size_t n : {std::size_t{12}, std::size_t{30}, webp.size() - 10}) {
+    const std::string e = error_of([&] { kv::decode_image(std::span(webp.data(), n), "cut.webp", kv::ImageLimits{}); });
+    EXPECT_NE(e.find("image cut.webp: "), std::string::npos) << e;
+  }
+}
