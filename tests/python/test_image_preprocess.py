@@ -181,6 +181,11 @@ def make_images():
     imgs["p_trns_single.png"] = raw_png(idx, 8, 3, plte + png_chunk(b"tRNS", one_zero.tobytes()))
     small_pal = png_chunk(b"PLTE", pal[:16].tobytes())
     imgs["p4.png"] = raw_png(rng.integers(0, 16, (h, w, 1)), 4, 3, small_pal + png_chunk(b"tRNS", bytes([0, 128])))
+    imgs["p1.png"] = raw_png(rng.integers(0, 2, (h, w, 1)), 1, 3, png_chunk(b"PLTE", pal[:2].tobytes()))
+    imgs["p2.png"] = raw_png(rng.integers(0, 4, (h, w, 1)), 2, 3, png_chunk(b"PLTE", pal[:3].tobytes()) +
+                             png_chunk(b"tRNS", bytes([90])))
+    # gAMA and sRGB are not applied (neither Pillow nor the reference applies them).
+    imgs["gamma.png"] = raw_png(rgb, 8, 2, png_chunk(b"gAMA", struct.pack(">I", 22000)) + png_chunk(b"sRGB", b"\0"))
     imgs["gray1.png"] = raw_png(rng.integers(0, 2, (h, w, 1)), 1, 0)
     imgs["gray1_trns.png"] = raw_png(rng.integers(0, 2, (h, w, 1)), 1, 0, png_chunk(b"tRNS", struct.pack(">H", 0)))
     imgs["gray2.png"] = raw_png(rng.integers(0, 4, (h, w, 1)), 2, 0)
@@ -209,6 +214,9 @@ def make_images():
     imgs["444.jpg"] = pil_bytes(Image.fromarray(rgb), "JPEG", quality=95, subsampling=0)
     imgs["422.jpg"] = pil_bytes(Image.fromarray(rgb), "JPEG", quality=75, subsampling=1)
     imgs["gray.jpg"] = pil_bytes(Image.fromarray(gray), "JPEG", quality=85)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation "rotate 90": ignored, as in the reference (no exif_transpose)
+    imgs["exif_rotated.jpg"] = pil_bytes(Image.fromarray(rgb), "JPEG", quality=90, exif=exif.tobytes())
     imgs["cmyk.jpg"] = pil_bytes(Image.fromarray(rgba, "RGBA").convert("RGB").convert("CMYK"), "JPEG", quality=90)
     # WebP
     imgs["lossless.webp"] = pil_bytes(Image.fromarray(rgb), "WEBP", lossless=True)
