@@ -124,4 +124,11 @@ ImagePreprocessConfig ImagePreprocessConfig::load(const std::filesystem::path& f
   return parse(read_file_bounded(file, "preprocessor config", lim), file.string());
 }
 
+ImagePreprocessConfig ImagePreprocessConfig::for_model_dir(const std::filesystem::path& dir) {
+  const std::filesystem::path file = dir / "preprocessor_config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return ImagePreprocessConfig{};
+  return load(file);
+}
+
 }  // namespace k3::vision

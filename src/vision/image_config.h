@@ -37,6 +37,9 @@ struct ImagePreprocessConfig {
   static ImagePreprocessConfig parse(std::string_view json_text, const std::string& source);
   /// parse() of a file (read bounded to 1 MiB).
   static ImagePreprocessConfig load(const std::filesystem::path& file);
+  /// The configuration of a checkpoint folder: load(dir / "preprocessor_config.json") when the
+  /// file exists, else K3's shipped values (a text-only checkpoint has no such file).
+  static ImagePreprocessConfig for_model_dir(const std::filesystem::path& dir);
 };
 
 /// Limits on one source image, checked before its pixel data is decoded (spec §3.8; defaults of

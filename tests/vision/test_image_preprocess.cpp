@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -326,4 +328,18 @@ TEST(ImageDecode, PaletteWithTransparencyAndLosslessWebp) {
     const std::string e = error_of([&] { kv::decode_image(std::span(webp.data(), n), "cut.webp", kv::ImageLimits{}); });
     EXPECT_NE(e.find("image cut.webp: "), std::string::npos) << e;
   }
+}
+
+TEST(ImageConfig, ForModelDir) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "k3_test_image_config_dir";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(kv::ImagePreprocessConfig::for_model_dir(dir).in_patch_limit, 65536);  // no file: K3's values
+  std::ofstream(dir / "preprocessor_config.json") << R"({"media_proc_cfg": {"in_patch_limit": 1000}})";
+  EXPECT_EQ(kv::ImagePreprocessConfig::for_model_dir(dir).in_patch_limit, 1000);
+  std::ofstream(dir / "preprocessor_config.json") << R"({"media_proc_cfg": {"in_patch_limit": "many"}})";
+  const std::string e = error_of([&] { kv::ImagePreprocessConfig::for_model_dir(dir); });
+  EXPECT_NE(e.find("preprocessor_config.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("in_patch_limit"), std::string::npos) << e;
+  std::filesystem::remove_all(dir);
 }
