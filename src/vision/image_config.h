@@ -14,6 +14,14 @@ namespace k3::vision {
 /// (the resize sees the native mode, alpha included); before_resize converts to RGB first.
 enum class FillStage { kAfterResize, kBeforeResize };
 
+/// Which Pillow the reference pixels come from; the released processor runs on whatever Pillow is
+/// installed, and two of its behaviours changed in Pillow 13.0 (spec §3 corrections 1, and palette
+/// lookups): kPillow12 (Pillow <= 12.x, Debian's 9.4 included): BICUBIC runs the horizontal pass
+/// first; palette indices past the file's PLTE read gray (i, i, i). kPillow13: the vertical pass
+/// runs first when (H0 - H1) > 0 and (H0 - H1) > 2 (W0 - W1); those indices read black.
+/// An engine option, not a preprocessor_config.json key.
+enum class PillowCompat { kPillow12, kPillow13 };
+
 /// The preprocessing values, defaults = K3's shipped preprocessor_config.json (spec §1.2).
 struct ImagePreprocessConfig {
   int64_t patch_size = 14;                             ///< pixels per patch side; must be 14 (kPatchSize)
@@ -27,6 +35,7 @@ struct ImagePreprocessConfig {
   int chessboard_white_value = 255;                    ///< 0..255
   int chessboard_gray_value = 180;                     ///< 0..255
   FillStage fill_stage = FillStage::kAfterResize;
+  PillowCompat pillow = PillowCompat::kPillow12;  ///< engine option (see PillowCompat), not a JSON key
 
   /// Reads the keys above from a preprocessor_config.json text: from its `media_proc_cfg` object
   /// when it has one, else from the top level. Missing keys keep K3's values; other keys are

@@ -52,6 +52,8 @@ struct DecodedImage {
   std::array<uint8_t, 256> palette_alpha{};
   /// Mode kP: the file has a tRNS chunk (Pillow's info["transparency"]).
   bool has_palette_alpha = false;
+  /// Mode kP: entries the file's PLTE defines (the rest of `palette` is the Pillow <= 12 gray fill).
+  int palette_size = 0;
   /// Modes k1, kL, kI: the tRNS gray key as stored in the file (Pillow compares it with the pixel
   /// value after conversion to 8-bit RGB, so a key of a 1/2/4-bit image is compared unscaled).
   std::optional<int32_t> transparent_key;

@@ -3,6 +3,7 @@
 // that holds setjmp and only trivially destructible locals, and returns false on an error.
 #include <png.h>
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -165,6 +166,7 @@ DecodedImage decode_png(std::span<const uint8_t> bytes, const std::string& name,
     png_colorp pal = nullptr;
     int n_pal = 0;
     if (png_get_PLTE(g.png, g.info, &pal, &n_pal) && pal) {
+      im.palette_size = std::min(n_pal, 256);
       for (int i = 0; i < n_pal && i < 256; ++i) {
         im.palette[3 * i] = pal[i].red;
         im.palette[3 * i + 1] = pal[i].green;

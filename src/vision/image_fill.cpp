@@ -20,7 +20,7 @@ unsigned muldiv255(unsigned a, unsigned b) {
 }
 
 // Pixel i as Pillow's convert("RGBA"): out[0..3].
-void rgba_of(const DecodedImage& im, std::size_t i, uint8_t* out) {
+void rgba_of(const DecodedImage& im, std::size_t i, PillowCompat pillow, uint8_t* out) {
   const uint8_t* p = im.pixels.data();
   switch (im.mode) {
     case ImageMode::k1:
@@ -33,7 +33,8 @@ void rgba_of(const DecodedImage& im, std::size_t i, uint8_t* out) {
     }
     case ImageMode::kP: {
       const uint8_t idx = p[i];
-      std::copy_n(&im.palette[3 * idx], 3, out);
+      if (pillow == PillowCompat::kPillow13 && idx >= im.palette_size) std::fill_n(out, 3, uint8_t{0});
+      else std::copy_n(&im.palette[3 * idx], 3, out);
       out[3] = im.has_palette_alpha ? im.palette_alpha[idx] : 255;
       return;
     }
@@ -96,7 +97,7 @@ std::vector<uint8_t> fill_transparent_to_rgb(const DecodedImage& im, const Image
   for (int64_t y = 0; y < im.height; ++y)
     for (int64_t x = 0; x < im.width; ++x) {
       const std::size_t i = static_cast<std::size_t>(y * im.width + x);
-      rgba_of(im, i, px);
+      rgba_of(im, i, cfg.pillow, px);
       if (alpha) {
         const uint8_t bg = chessboard_value(x, y, cfg);
         for (int c = 0; c < 3; ++c) rgb[3 * i + c] = composite_over(px[c], px[3], bg);

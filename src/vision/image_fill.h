@@ -20,7 +20,8 @@ uint8_t composite_over(uint8_t v, uint8_t a, uint8_t bg);
 
 /// Image -> uint8 [height, width, 3] (R, G, B):
 /// - RGB: unchanged (a PNG tRNS colour key of an RGB image is ignored, as in the reference);
-/// - no alpha band and no transparency entry: Pillow's convert("RGB") (palette lookup, gray
+/// - no alpha band and no transparency entry: Pillow's convert("RGB") (palette lookup: indices past
+///   the PLTE read gray (i, i, i) or, with cfg.pillow = kPillow13, black; gray
 ///   replicated, mode I clipped to [0, 255], CMYK: (255 - k) - round((255 - k) * c / 255));
 /// - otherwise Pillow's convert("RGBA") (a gray key makes the pixels equal to it after the
 ///   8-bit conversion transparent; palette alpha per index) composited over the chessboard.

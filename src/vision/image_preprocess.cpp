@@ -52,7 +52,7 @@ ImagePatches preprocess_image(std::span<const uint8_t> bytes, std::string name, 
   const TargetSize t = navit_target_size(im.width, im.height, cfg, name);
   std::vector<uint8_t> rgb;
   if (cfg.fill_stage == FillStage::kAfterResize) {
-    rgb = fill_transparent_to_rgb(resize_image(im, t.width, t.height), cfg);
+    rgb = fill_transparent_to_rgb(resize_image(im, t.width, t.height, cfg.pillow), cfg);
   } else {
     DecodedImage filled;
     filled.format = im.format;
@@ -60,7 +60,7 @@ ImagePatches preprocess_image(std::span<const uint8_t> bytes, std::string name, 
     filled.width = im.width;
     filled.height = im.height;
     filled.pixels = fill_transparent_to_rgb(im, cfg);
-    rgb = std::move(resize_image(filled, t.width, t.height).pixels);
+    rgb = std::move(resize_image(filled, t.width, t.height, cfg.pillow).pixels);
   }
   if (info) *info = ImageInfo{im.format, im.mode, t};
   return patchify_rgb(rgb, t, cfg, std::move(name));

@@ -174,26 +174,34 @@ void unpremultiply(std::vector<uint8_t>& px, int ch) {
 
 }  // namespace
 
+bool pillow13_vertical_first(int64_t w0, int64_t h0, int64_t w1, int64_t h1) {
+  return h0 - h1 > 0 && h0 - h1 > 2 * (w0 - w1);
+}
+
 std::vector<uint8_t> resize_bicubic_u8(std::span<const uint8_t> in, int64_t w0, int64_t h0, int channels, int64_t w1,
-                                       int64_t h1) {
+                                       int64_t h1, PillowCompat pillow) {
   if (channels < 1 || channels > 4)
     throw Error("resize_bicubic_u8: expected 1 to 4 channels, found " + std::to_string(channels));
   if (w1 == w0 && h1 == h0) return std::vector<uint8_t>(in.begin(), in.end());
   if (h1 == h0) return horizontal_u8_any(in, w0, h0, channels, bicubic_taps(w0, w1));
   const Taps vt = bicubic_taps(h0, h1);
   if (w1 == w0) return vertical_u8(in, w0 * channels, vt);
+  if (pillow == PillowCompat::kPillow13 && pillow13_vertical_first(w0, h0, w1, h1)) {
+    const std::vector<uint8_t> tmp = vertical_u8(in, w0 * channels, vt);
+    return horizontal_u8_any(tmp, w0, h1, channels, bicubic_taps(w0, w1));
+  }
   const std::vector<uint8_t> tmp = horizontal_u8_any(in, w0, h0, channels, bicubic_taps(w0, w1));
   return vertical_u8(tmp, w1 * channels, vt);
 }
 
-std::vector<int32_t> resize_bicubic_i32(std::span<const int32_t> in, int64_t w0, int64_t h0, int64_t w1, int64_t h1) {
+std::vector<int32_t> resize_bicubic_i32(std::span<const int32_t> in, int64_t w0, int64_t h0, int64_t w1, int64_t h1,
+                                        PillowCompat pillow) {
   std::vector<int32_t> cur(in.begin(), in.end());
-  int64_t w = w0;
-  if (w1 != w0) {
-    cur = pass_i32(cur, w0, h0, bicubic_taps(w0, w1), true);
-    w = w1;
-  }
-  if (h1 != h0) cur = pass_i32(cur, w, h0, bicubic_taps(h0, h1), false);
+  const bool vertical_first = pillow == PillowCompat::kPillow13 && pillow13_vertical_first(w0, h0, w1, h1);
+  if (vertical_first && h1 != h0) cur = pass_i32(cur, w0, h0, bicubic_taps(h0, h1), false);
+  const int64_t h_now = vertical_first ? h1 : h0;
+  if (w1 != w0) cur = pass_i32(cur, w0, h_now, bicubic_taps(w0, w1), true);
+  if (!vertical_first && h1 != h0) cur = pass_i32(cur, w1, h0, bicubic_taps(h0, h1), false);
   return cur;
 }
 
@@ -209,7 +217,7 @@ std::vector<uint8_t> resize_nearest_u8(std::span<const uint8_t> in, int64_t w0, 
   return out;
 }
 
-DecodedImage resize_image(const DecodedImage& im, int64_t w1, int64_t h1) {
+DecodedImage resize_image(const DecodedImage& im, int64_t w1, int64_t h1, PillowCompat pillow) {
   if (w1 == im.width && h1 == im.height) return im;
   DecodedImage out;  // everything but the pixels
   out.format = im.format;
@@ -217,6 +225,7 @@ DecodedImage resize_image(const DecodedImage& im, int64_t w1, int64_t h1) {
   out.palette = im.palette;
   out.palette_alpha = im.palette_alpha;
   out.has_palette_alpha = im.has_palette_alpha;
+  out.palette_size = im.palette_size;
   out.transparent_key = im.transparent_key;
   out.width = w1;
   out.height = h1;
@@ -224,18 +233,18 @@ DecodedImage resize_image(const DecodedImage& im, int64_t w1, int64_t h1) {
   switch (im.mode) {
     case ImageMode::k1:
     case ImageMode::kP: out.pixels = resize_nearest_u8(im.pixels, im.width, im.height, ch, w1, h1); break;
-    case ImageMode::kI: out.pixels_i = resize_bicubic_i32(im.pixels_i, im.width, im.height, w1, h1); break;
+    case ImageMode::kI: out.pixels_i = resize_bicubic_i32(im.pixels_i, im.width, im.height, w1, h1, pillow); break;
     case ImageMode::kLA:
     case ImageMode::kRGBA: {
       std::vector<uint8_t> pre = im.pixels;
       premultiply(pre, ch);
-      out.pixels = resize_bicubic_u8(pre, im.width, im.height, ch, w1, h1);
+      out.pixels = resize_bicubic_u8(pre, im.width, im.height, ch, w1, h1, pillow);
       unpremultiply(out.pixels, ch);
       break;
     }
     case ImageMode::kL:
     case ImageMode::kRGB:
-    case ImageMode::kCMYK: out.pixels = resize_bicubic_u8(im.pixels, im.width, im.height, ch, w1, h1); break;
+    case ImageMode::kCMYK: out.pixels = resize_bicubic_u8(im.pixels, im.width, im.height, ch, w1, h1, pillow); break;
   }
   return out;
 }

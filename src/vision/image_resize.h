@@ -20,12 +20,17 @@
 
 namespace k3::vision {
 
+/// Pillow 13's pass order: vertical first when (h0 - h1) > 0 and (h0 - h1) > 2 (w0 - w1).
+bool pillow13_vertical_first(int64_t w0, int64_t h0, int64_t w1, int64_t h1);
+
 /// BICUBIC of uint8 [h0, w0, channels] (channels interleaved, each resampled alone) to
-/// uint8 [h1, w1, channels]. Sizes >= 1.
+/// uint8 [h1, w1, channels]. Sizes >= 1. Horizontal pass first; with kPillow13, the order of
+/// pillow13_vertical_first.
 std::vector<uint8_t> resize_bicubic_u8(std::span<const uint8_t> in, int64_t w0, int64_t h0, int channels, int64_t w1,
-                                       int64_t h1);
+                                       int64_t h1, PillowCompat pillow = PillowCompat::kPillow12);
 /// BICUBIC of int32 [h0, w0] to int32 [h1, w1] (Pillow's 32-bit path: double weights).
-std::vector<int32_t> resize_bicubic_i32(std::span<const int32_t> in, int64_t w0, int64_t h0, int64_t w1, int64_t h1);
+std::vector<int32_t> resize_bicubic_i32(std::span<const int32_t> in, int64_t w0, int64_t h0, int64_t w1, int64_t h1,
+                                        PillowCompat pillow = PillowCompat::kPillow12);
 /// NEAREST of uint8 [h0, w0, channels] to uint8 [h1, w1, channels].
 std::vector<uint8_t> resize_nearest_u8(std::span<const uint8_t> in, int64_t w0, int64_t h0, int channels, int64_t w1,
                                        int64_t h1);
@@ -33,6 +38,7 @@ std::vector<uint8_t> resize_nearest_u8(std::span<const uint8_t> in, int64_t w0, 
 /// Image.resize((w1, h1), BICUBIC) of a decoded image in its mode: a copy when the size is
 /// unchanged; NEAREST for P and 1 (palette, transparency key kept); premultiplied BICUBIC for
 /// RGBA and LA; BICUBIC otherwise.
-DecodedImage resize_image(const DecodedImage& im, int64_t w1, int64_t h1);
+DecodedImage resize_image(const DecodedImage& im, int64_t w1, int64_t h1,
+                          PillowCompat pillow = PillowCompat::kPillow12);
 
 }  // namespace k3::vision

@@ -17,14 +17,16 @@ namespace {
 
 struct ImageInfoOpts {
   std::string image, out, config;
+  int pillow = 12;
   int64_t max_bytes = static_cast<int64_t>(k3::vision::ImageLimits{}.max_bytes);
   int64_t max_pixels = static_cast<int64_t>(k3::vision::ImageLimits{}.max_source_pixels);
 };
 
 void run_image_info(const ImageInfoOpts& o) {
   namespace kv = k3::vision;
-  const kv::ImagePreprocessConfig cfg =
+  kv::ImagePreprocessConfig cfg =
       o.config.empty() ? kv::ImagePreprocessConfig{} : kv::ImagePreprocessConfig::load(o.config);
+  cfg.pillow = o.pillow == 13 ? kv::PillowCompat::kPillow13 : kv::PillowCompat::kPillow12;
   kv::ImageLimits limits;
   limits.max_bytes = static_cast<uint64_t>(o.max_bytes);
   limits.max_source_pixels = static_cast<uint64_t>(o.max_pixels);
@@ -61,6 +63,10 @@ const k3cli::Registrar kImageInfo(
       sub->add_option("--out", o->out, "write the patches as float32 [n_patches, 588] .npy");
       sub->add_option("--config", o->config,
                       "preprocessor_config.json (default: K3's shipped values, spec vision.md §1.2)");
+      sub->add_option("--pillow", o->pillow,
+                      "match Pillow 12 (and older: horizontal pass first) or 13 (vertical first for tall shrinks)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({12, 13}));
       sub->add_option("--max-image-bytes", o->max_bytes, "refuse files larger than this (bytes)")
           ->capture_default_str()
           ->check(k3cli::IntRange(1, int64_t{1} << 40));
