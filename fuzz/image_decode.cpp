@@ -1,7 +1,8 @@
 // libFuzzer: image bytes -> ImagePatches (vision/image_preprocess.h: the PNG, JPEG and WebP
 // decoders, the resize, the fill, the patches) under small limits. Any input must give patches or
 // throw k3::Error; patches must have the grid's shape and values in [-1, 1].
-// The first byte picks the configuration (fill stage, patch budget), the rest is the image.
+// The first byte picks the configuration (Pillow behaviour, fill stage, patch budget), the rest is
+// the image.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cfg.in_patch_limit = 4 + (data[0] & 0x3F);  // resizes everything wider than a few patches
   cfg.patch_limit_on_one_side = 16;
   if (data[0] & 0x40) cfg.fill_stage = k3::vision::FillStage::kBeforeResize;
+  if (data[0] & 0x80) cfg.pillow = k3::vision::PillowCompat::kPillow13;
   k3::vision::ImageLimits limits;
   limits.max_bytes = 1 << 20;
   limits.max_source_pixels = 1 << 18;  // 512 x 512
