@@ -317,6 +317,22 @@ class CheckpointImpl final : public Checkpoint {
                       shape_str(st[static_cast<size_t>(k)].shape) + " (MXFP4 of logical " + shape_str(s.shape) + ")");
       }
     });
+    // The vision tower (vision.md §2), when config.json declares one: every row present, checked
+    // with the same rule; without a tower, vision tensors are skipped (a text-only checkpoint).
+    for (const TensorSpec& s : vision_tensors(config_)) {
+      auto it = by_name_.find(s.name);
+      if (it == by_name_.end())
+        throw Error(dir_.string() + ": missing tensor '" + s.name + "' (expected " + dtypes_str(s.dtypes) + " " +
+                    shape_str(s.shape) + "; config.json declares a vision tower in vision_config)");
+      used_[it->second] = true;
+      check_plain(s, tensors_[it->second], shape_str(s.shape));
+    }
+    for (size_t i = 0; i < tensors_.size(); ++i)
+      if (!used_[i] && config_.vision && is_vision_tensor_name(tensors_[i].name))
+        throw Error(where(tensors_[i]) +
+                    ": unexpected tensor (not in the K3 vision tower's tensor table for this "
+                    "vision_config: " +
+                    std::to_string(config_.vision->num_layers) + " blocks)");
     for (size_t i = 0; i < tensors_.size(); ++i)
       if (!used_[i] && !is_vision_tensor_name(tensors_[i].name))
         throw Error(where(tensors_[i]) + ": unexpected tensor (not in the K3 tensor table for this config: " +

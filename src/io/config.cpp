@@ -347,6 +347,7 @@ ModelConfig parse_config(const std::string& json_text, const std::string& origin
   if (auto q = t.opt_child("quantization_config")) read_quantization(q, c);
   else if (c.wrapped) read_quantization(r.opt_child("quantization_config"), c);
   validate(c, origin);
+  c.vision = parse_vision_config(top, origin, c.hidden_size, &c.vision_kind);
 
   c.plan.resize(static_cast<size_t>(c.num_hidden_layers));
   std::set<int> kda(c.kda_layers.begin(), c.kda_layers.end());

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "io/vision_config.h"
+
 namespace k3 {
 
 enum class AttnKind { KDA, MLA };
@@ -74,6 +76,10 @@ struct ModelConfig {
   std::string quant_method;  ///< "compressed-tensors" or ""
   std::string quant_format;  ///< "mxfp4-pack-quantized" or ""
   int quant_group_size = 0;  ///< 32
+
+  // --- vision (top-level `vision_config`, io/vision_config.h) ---
+  std::optional<VisionConfig> vision;                       ///< the vision tower; nullopt = text-only
+  VisionConfigKind vision_kind = VisionConfigKind::Absent;  ///< what `vision_config` held
 
   /// Derived layer plan, size num_hidden_layers.
   std::vector<LayerSpec> plan;

@@ -48,6 +48,9 @@ ParamCounts count_params(const ModelConfig& c) {
         p.routed_experts += n;
         if (s.expert < c.num_experts_per_token) p.routed_active += n;  // every expert has the same size
         break;
+      case TensorGroup::VisionTower:
+      case TensorGroup::VisionBlock:
+      case TensorGroup::Projector: break;  // not text tensors: for_each_tensor_spec never lists them
     }
   });
   p.total = p.embedding + p.lm_head + p.attention_kda + p.attention_mla + p.dense_mlp + p.moe_shared + p.moe_latent +
@@ -99,6 +102,19 @@ CheckpointStats published_text_stats(const ModelConfig& c) {
       ++st.text_tensors_by_dtype[t.dtype];
     }
   });
+  return st;
+}
+
+CheckpointStats published_vision_stats(const ModelConfig& c) {
+  CheckpointStats st;
+  for (const TensorSpec& spec : vision_tensors(c))
+    for (const StoredTensor& t : stored_tensors(spec)) {
+      uint64_t n = dtype_size(t.dtype);
+      for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+      ++st.n_tensors;
+      ++st.n_vision;
+      st.vision_bytes += n;
+    }
   return st;
 }
 

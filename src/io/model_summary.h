@@ -61,6 +61,11 @@ CheckpointStats checkpoint_stats(const Checkpoint& ck);
 /// a directory with config.json but no shards. Text tensors only; shard_count = 0.
 CheckpointStats published_text_stats(const ModelConfig& c);
 
+/// The vision tower and projector of `c` as published (vision.md §2, from the tensor table's
+/// vision rows, BF16): n_tensors = n_vision (K3: 168) and vision_bytes (K3: 894,717,952); all
+/// zero when `c` declares no tower.
+CheckpointStats published_vision_stats(const ModelConfig& c);
+
 /// Multi-line layer plan: one row per AttnRes block ("K"/"M" attention, "d" suffix = dense FFN).
 std::string format_layer_plan(const ModelConfig& c);
 

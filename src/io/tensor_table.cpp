@@ -22,6 +22,12 @@ bool untied(const ModelConfig& c) { return !c.tie_word_embeddings; }
 bool output_gate(const ModelConfig& c) { return c.mla_use_output_gate; }
 bool latent_norm(const ModelConfig& c) { return c.latent_moe_use_norm; }
 bool shared(const ModelConfig& c) { return S(c) > 0; }
+bool tower(const ModelConfig& c) { return c.vision.has_value(); }
+// Vision symbols (io/vision_config.h); 0 when the config declares no tower (rows then absent).
+const VisionConfig& V(const ModelConfig& c) {
+  static const VisionConfig none;
+  return c.vision ? *c.vision : none;
+}
 
 const char* const kL = "model.layers.{il}.";
 
@@ -182,6 +188,65 @@ std::vector<TensorKind> make_rows() {
       },
       nullptr, "", St::Mxfp4));
   t.push_back(row(R::ExpertW3, "expert.w3", G::Expert, X + "w3", kBF16, gate_up, nullptr, "", St::Mxfp4));
+  // vision.md §2 vision tower and projector
+  const std::string VT = "vision_tower.", VB = "vision_tower.encoder.blocks.{il}.";
+  const char* const vw = "vision_config";
+  auto vecDv = [](const ModelConfig& c) -> Shape { return {V(c).hidden_size}; };
+  t.push_back(row(
+      R::VisionPatchEmbed, "vision.patch_embed", G::VisionTower, VT + "patch_embed.proj.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {V(c).hidden_size, 3, V(c).patch_size, V(c).patch_size};
+      },
+      tower, vw));
+  t.push_back(row(
+      R::VisionPosEmb, "vision.pos_emb", G::VisionTower, VT + "patch_embed.pos_emb.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {V(c).pos_emb_height, V(c).pos_emb_width, V(c).hidden_size};
+      },
+      tower, vw));
+  t.push_back(row(R::VisionNorm0, "vision.norm0", G::VisionBlock, VB + "norm0.weight", kBF16, vecDv, tower, vw));
+  t.push_back(row(
+      R::VisionWqkv, "vision.wqkv", G::VisionBlock, VB + "wqkv.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {3 * int64_t{V(c).qkv_hidden_size}, V(c).hidden_size};
+      },
+      tower, vw));
+  t.push_back(row(
+      R::VisionWo, "vision.wo", G::VisionBlock, VB + "wo.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {V(c).hidden_size, V(c).qkv_hidden_size};
+      },
+      tower, vw));
+  t.push_back(row(R::VisionNorm1, "vision.norm1", G::VisionBlock, VB + "norm1.weight", kBF16, vecDv, tower, vw));
+  t.push_back(row(
+      R::VisionFc0, "vision.mlp.fc0", G::VisionBlock, VB + "mlp.fc0.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {V(c).intermediate_size, V(c).hidden_size};
+      },
+      tower, vw));
+  t.push_back(row(
+      R::VisionFc1, "vision.mlp.fc1", G::VisionBlock, VB + "mlp.fc1.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {V(c).hidden_size, V(c).intermediate_size};
+      },
+      tower, vw));
+  t.push_back(row(R::VisionFinalNorm, "vision.final_layernorm", G::VisionTower, VT + "encoder.final_layernorm.weight",
+                  kBF16, vecDv, tower, vw));
+  t.push_back(row(
+      R::ProjectorFc0, "projector.proj.0", G::Projector, "mm_projector.proj.0.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {V(c).merged_width(), V(c).merged_width()};
+      },
+      tower, vw));
+  t.push_back(row(
+      R::ProjectorFc2, "projector.proj.2", G::Projector, "mm_projector.proj.2.weight", kBF16,
+      [](const ModelConfig& c) -> Shape {
+        return {V(c).text_hidden_size, V(c).merged_width()};
+      },
+      tower, vw));
+  t.push_back(row(
+      R::ProjectorPostNorm, "projector.post_norm", G::Projector, "mm_projector.post_norm.weight", kBF16,
+      [](const ModelConfig& c) -> Shape { return {V(c).text_hidden_size}; }, tower, vw));
   for (size_t i = 0; i < t.size(); ++i)
     if (static_cast<size_t>(t[i].role) != i)
       throw Error(std::string("tensor table: row ") + std::to_string(i) + " ('" + t[i].id +
@@ -223,6 +288,9 @@ bool layer_has(const LayerSpec& l, TensorGroup g) {
     case TensorGroup::DenseMLP: return l.ffn == FfnKind::Dense;
     case TensorGroup::MoE:
     case TensorGroup::Expert: return l.ffn == FfnKind::LatentMoE;
+    case TensorGroup::VisionTower:
+    case TensorGroup::VisionBlock:
+    case TensorGroup::Projector: return false;
   }
   return false;
 }
@@ -331,9 +399,13 @@ TensorSpec tensor_spec(const ModelConfig& c, TensorRole role, int il, int expert
   const TensorKind& k = tensor_kind(role);
   if (k.present && !k.present(c))
     throw Error("tensor table: '" + k.pattern + "' is absent in this config (present when " + k.when + ")");
-  if (k.group == TensorGroup::Global) {
+  if (k.group == TensorGroup::Global || k.group == TensorGroup::VisionTower || k.group == TensorGroup::Projector) {
     if (il != -1)
       throw Error("tensor table: '" + k.pattern + "' is a global tensor, asked for layer " + std::to_string(il));
+  } else if (k.group == TensorGroup::VisionBlock) {
+    if (il < 0 || il >= V(c).num_layers)
+      throw Error("tensor table: '" + k.pattern + "': vision block " + std::to_string(il) + " outside [0, " +
+                  std::to_string(V(c).num_layers) + ")");
   } else {
     if (il < 0 || il >= c.num_hidden_layers || static_cast<size_t>(il) >= c.plan.size())
       throw Error("tensor table: '" + k.pattern + "': layer " + std::to_string(il) + " outside [0, " +
@@ -358,7 +430,10 @@ std::optional<TensorNameMatch> match_tensor_name(const ModelConfig& c, std::stri
   for (const TensorKind& k : rows()) {
     const auto m = match_kind(name, k);
     if (!m || (k.present && !k.present(c))) continue;
-    if (k.group != TensorGroup::Global) {
+    if (k.group == TensorGroup::VisionBlock) {
+      if (m->il < 0 || m->il >= V(c).num_layers) continue;
+    } else if (k.group != TensorGroup::Global && k.group != TensorGroup::VisionTower &&
+               k.group != TensorGroup::Projector) {
       if (m->il < 0 || m->il >= c.num_hidden_layers || static_cast<size_t>(m->il) >= c.plan.size() ||
           !layer_has(c.plan[static_cast<size_t>(m->il)], k.group))
         continue;
@@ -403,6 +478,23 @@ void for_each_tensor_spec(const ModelConfig& c, const std::function<void(const T
   for (const auto& s : global_tensors(c)) fn(s);
   for (int il = 0; il < c.num_hidden_layers; ++il)
     for (const auto& s : layer_tensors(c, il)) fn(s);
+}
+
+std::vector<TensorSpec> vision_tensors(const ModelConfig& c) {
+  std::vector<TensorSpec> r;
+  if (!c.vision) return r;
+  auto add = [&](TensorRole role, int il = -1) { r.push_back(make_spec(c, tensor_kind(role), il, -1)); };
+  add(TensorRole::VisionPatchEmbed);
+  add(TensorRole::VisionPosEmb);
+  for (int b = 0; b < c.vision->num_layers; ++b)
+    for (TensorRole role : {TensorRole::VisionNorm0, TensorRole::VisionWqkv, TensorRole::VisionWo,
+                            TensorRole::VisionNorm1, TensorRole::VisionFc0, TensorRole::VisionFc1})
+      add(role, b);
+  add(TensorRole::VisionFinalNorm);
+  add(TensorRole::ProjectorFc0);
+  add(TensorRole::ProjectorFc2);
+  add(TensorRole::ProjectorPostNorm);
+  return r;
 }
 
 std::vector<StoredTensor> stored_tensors(const TensorSpec& s) {

@@ -1,4 +1,4 @@
-// The one K3 tensor table (spec k3-architecture.md §2.1-2.6): every text tensor the model needs,
+// The one K3 tensor table (spec k3-architecture.md §2.1-2.6, vision.md §2): every tensor the model needs,
 // as one row per tensor kind (TensorRole): its name pattern, its shape as a function of
 // ModelConfig, its accepted dtypes, its storage and the config flag that makes it present.
 // The rows drive checkpoint validation (io/checkpoint.cpp), the model's bind step
@@ -7,7 +7,9 @@
 // names in LatentMoE's errors (model/latent_moe.cpp), `k3 bench`'s byte estimates, `k3 tensors`
 // (the listing the Python tools are tested against) and the test fixtures that write
 // checkpoints. Adding or renaming a tensor is one row here.
-// Names here never carry the "language_model." prefix.
+// Text names here never carry the "language_model." prefix; vision names (vision_tower.*,
+// mm_projector.*) are stored without one. The vision rows are present when the config declares a
+// tower (ModelConfig::vision) and are listed by vision_tensors(), not by for_each_tensor_spec().
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -24,13 +26,16 @@ namespace k3 {
 
 /// Which part of the architecture a tensor belongs to (which layers hold it).
 enum class TensorGroup {
-  Global,    ///< §2.1 embeddings, head, final norm, output AttnRes
-  Common,    ///< §2.2 every layer: norms and AttnRes score vectors
-  KDA,       ///< §2.3 KDA attention
-  MLA,       ///< §2.4 gated MLA attention
-  DenseMLP,  ///< §2.5 dense SiTU MLP
-  MoE,       ///< §2.6 LatentMoE non-expert: router, bias, latent down/norm/up, shared experts
-  Expert,    ///< §2.6 one routed expert matrix (w1 gate, w3 up, w2 down)
+  Global,       ///< §2.1 embeddings, head, final norm, output AttnRes
+  Common,       ///< §2.2 every layer: norms and AttnRes score vectors
+  KDA,          ///< §2.3 KDA attention
+  MLA,          ///< §2.4 gated MLA attention
+  DenseMLP,     ///< §2.5 dense SiTU MLP
+  MoE,          ///< §2.6 LatentMoE non-expert: router, bias, latent down/norm/up, shared experts
+  Expert,       ///< §2.6 one routed expert matrix (w1 gate, w3 up, w2 down)
+  VisionTower,  ///< vision.md §2 the tower's patch embedding, position table and final norm
+  VisionBlock,  ///< vision.md §2 one encoder block of the tower ({il} = block index b)
+  Projector,    ///< vision.md §2 the mm_projector (patchmergerv2)
 };
 
 /// How a tensor is stored.
@@ -102,10 +107,25 @@ enum class TensorRole : uint8_t {
   ExpertW1,  ///< w1 (gate)                            [Im, L]
   ExpertW2,  ///< w2 (down)                            [L, Im]
   ExpertW3,  ///< w3 (up)                              [Im, L]
+  // vision.md §2 vision tower (prefix vision_tower.; symbols of io/vision_config.h: Dv, A, Iv,
+  // Hpe, Wpe, p, Dp, Dt), present when the config declares a tower
+  VisionPatchEmbed,  ///< patch_embed.proj.weight           BF16 [Dv, 3, p, p]
+  VisionPosEmb,      ///< patch_embed.pos_emb.weight        BF16 [Hpe, Wpe, Dv]
+  VisionNorm0,       ///< encoder.blocks.{il}.norm0.weight  BF16 [Dv]
+  VisionWqkv,        ///< encoder.blocks.{il}.wqkv.weight   BF16 [3·A, Dv]
+  VisionWo,          ///< encoder.blocks.{il}.wo.weight     BF16 [Dv, A]
+  VisionNorm1,       ///< encoder.blocks.{il}.norm1.weight  BF16 [Dv]
+  VisionFc0,         ///< encoder.blocks.{il}.mlp.fc0.weight BF16 [Iv, Dv]
+  VisionFc1,         ///< encoder.blocks.{il}.mlp.fc1.weight BF16 [Dv, Iv]
+  VisionFinalNorm,   ///< encoder.final_layernorm.weight    BF16 [Dv]
+  // vision.md §2 projector (prefix mm_projector.)
+  ProjectorFc0,       ///< proj.0.weight                    BF16 [Dp, Dp]
+  ProjectorFc2,       ///< proj.2.weight                    BF16 [Dt, Dp]
+  ProjectorPostNorm,  ///< post_norm.weight                 BF16 [Dt]
 };
 
 /// Number of TensorRole values (the rows of the table).
-inline constexpr int kTensorRoleCount = static_cast<int>(TensorRole::ExpertW3) + 1;
+inline constexpr int kTensorRoleCount = static_cast<int>(TensorRole::ProjectorPostNorm) + 1;
 
 /// One row of the table, independent of the config.
 struct TensorKind {
@@ -204,6 +224,12 @@ std::vector<TensorSpec> layer_tensors(const ModelConfig& c, int il);
 /// Every text tensor of the model, globals first, then layers 0..L-1 (experts in id order).
 void for_each_tensor_spec(const ModelConfig& c, const std::function<void(const TensorSpec&)>& fn);
 
+/// The vision tower's and projector's tensors (vision.md §2) in forward order: patch embedding,
+/// position table, blocks 0..num_layers-1 (norm0, wqkv, wo, norm1, fc0, fc1), final norm, then
+/// the projector (proj.0, proj.2, post_norm): 3 + 6·num_layers + 3 specs (K3: 168). Empty when
+/// `c` declares no tower. Checkpoint::open validates them like the text tensors.
+std::vector<TensorSpec> vision_tensors(const ModelConfig& c);
+
 /// The published on-disk form of `s`: Plain -> one tensor in dtypes[0] (unpadded shape);
 /// Mxfp4 -> the .weight_packed and .weight_scale pair. Throws k3::Error when an Mxfp4 matrix's
 /// cols is not a multiple of 32.
@@ -212,7 +238,8 @@ std::vector<StoredTensor> stored_tensors(const TensorSpec& s);
 /// "model.layers.{il}.block_sparse_moe.experts.{e}.w{1,2,3}" -> true (the only MXFP4 names).
 bool is_expert_matrix_base(const std::string& base);
 
-/// Vision tensors (vision_tower.*, mm_projector.*) are skipped by the text engine.
+/// A vision tensor name (vision_tower.*, mm_projector.*): the text engine never reads these; with a
+/// declared tower (ModelConfig::vision) they are validated against vision_tensors().
 bool is_vision_tensor_name(const std::string& full_name);
 
 /// Prefix of text tensors in the published multimodal checkpoint.

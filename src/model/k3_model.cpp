@@ -91,6 +91,7 @@ Model::Model(const Checkpoint& ck, ModelOptions options) : impl_(std::make_uniqu
 const ModelOptions& Model::options() const { return impl_->opt; }
 Model::~Model() = default;
 const ModelConfig& Model::config() const { return impl_->cfg; }
+std::vector<std::span<const uint8_t>> Model::mapped_weight_ranges() const { return k3::mapped_weight_ranges(impl_->w); }
 
 SequenceState Model::new_sequence() const {
   SequenceState s;

@@ -84,6 +84,10 @@ class Model {
   PrefillGrid prefill_grid() const { return PrefillGrid(options().prefill_chunk); }
   ~Model();
   const ModelConfig& config() const;
+  /// The bytes of the checkpoint's mapping that this model's forward passes read (model/weights.h
+  /// mapped_weight_ranges: routed experts excluded when streamed, quantized trunk matrices
+  /// excluded), for page-in (core/page_in.h). Views into the mapping: valid while the checkpoint is.
+  std::vector<std::span<const uint8_t>> mapped_weight_ranges() const;
   SequenceState new_sequence() const;
   /// Appends `tokens` (ids in [0, vocab)) to `seq` and returns logits, fp32 row-major:
   /// [tokens.size(), vocab] when all_logits, else [1, vocab] for the last token.

@@ -248,4 +248,44 @@ uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progr
   return bytes;
 }
 
+std::vector<std::span<const uint8_t>> mapped_weight_ranges(const ModelWeights& w) {
+  std::vector<std::span<const uint8_t>> out;
+  auto add = [&](const TensorView* p) {
+    if (p && p->data && !p->quant) out.emplace_back(p->data, static_cast<size_t>(p->nbytes));
+  };
+  auto add_glu = [&](const GluMlpWeights& g) {
+    for (const TensorView* p : {g.gate, g.up, g.down}) add(p);
+  };
+  auto add_mxfp4 = [&](const Mxfp4Matrix& m) {
+    if (m.packed) out.emplace_back(m.packed, static_cast<size_t>(m.rows * (m.cols / 2)));
+    if (m.scale) out.emplace_back(m.scale, static_cast<size_t>(m.rows * (m.cols / 32)));
+  };
+  add(w.embed);
+  add(w.lm_head);
+  for (const LayerWeights& L : w.layers) {
+    if (L.spec.attn == AttnKind::KDA) {
+      for (const TensorView* p :
+           {L.kda.q_proj, L.kda.k_proj, L.kda.v_proj, L.kda.f_a, L.kda.f_b, L.kda.b_proj, L.kda.g_proj, L.kda.o_proj})
+        add(p);
+    } else {
+      for (const TensorView* p : {L.mla.q_a, L.mla.q_b, L.mla.kv_a, L.mla.kv_b, L.mla.g_proj, L.mla.o_proj}) add(p);
+    }
+    if (L.spec.ffn == FfnKind::Dense) {
+      add_glu(L.dense);
+    } else {
+      add(L.moe.router);
+      add(L.moe.down);
+      add(L.moe.up);
+      if (L.moe.shared) add_glu(*L.moe.shared);
+      if (!L.moe.store)
+        for (const ExpertWeights& e : L.moe.experts) {
+          add_mxfp4(e.w1);
+          add_mxfp4(e.w2);
+          add_mxfp4(e.w3);
+        }
+    }
+  }
+  return out;
+}
+
 }  // namespace k3

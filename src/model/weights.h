@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -126,5 +127,14 @@ ModelWeights bind_weights(const Checkpoint& ck);
 /// `progress` (may be empty) is called with ("trunk quantization", matrices done, matrices), one
 /// call at a time: 0 first, then after each matrix.
 uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progress = {});
+
+/// The bytes of the checkpoint's mapping that forward passes read through `w`, one range per
+/// matrix, for page-in (core/page_in.h): the embedding, lm_head and every projection, router and
+/// MLP matrix (BF16) except those quantize_trunk replaced (their encodings are in RAM and the
+/// BF16 is no longer read), and each routed expert's MXFP4 packed (U8 [rows, cols/2]) and scale
+/// (U8 [rows, cols/32]) bytes unless the layer's experts are streamed (MoeWeights::store). The
+/// vectors decoded to fp32 at bind time are not included (read once, then). A range may repeat
+/// (tied embeddings: lm_head == embed) and is not page-aligned.
+std::vector<std::span<const uint8_t>> mapped_weight_ranges(const ModelWeights& w);
 
 }  // namespace k3

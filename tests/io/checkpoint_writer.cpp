@@ -120,8 +120,26 @@ std::vector<FxTensor> text_inventory(const k3::ModelConfig& cfg, const std::stri
 }
 
 std::vector<FxTensor> vision_inventory(bool tiny) {
-  const int64_t H = tiny ? 8 : 1024, F = tiny ? 16 : 4096, P = tiny ? 2 : 14, O = tiny ? 64 : 7168;
   std::vector<FxTensor> r;
+  if (!tiny) {  // K3 as published (vision.md §2), written out independently of the tensor table
+    r.push_back({"vision_tower.patch_embed.proj.weight", k3::DType::BF16, {1024, 3, 14, 14}, {}});
+    r.push_back({"vision_tower.patch_embed.pos_emb.weight", k3::DType::BF16, {64, 64, 1024}, {}});
+    for (int l = 0; l < 27; ++l) {
+      const std::string p = "vision_tower.encoder.blocks." + std::to_string(l) + ".";
+      r.push_back({p + "norm0.weight", k3::DType::BF16, {1024}, {}});
+      r.push_back({p + "wqkv.weight", k3::DType::BF16, {4608, 1024}, {}});
+      r.push_back({p + "wo.weight", k3::DType::BF16, {1024, 1536}, {}});
+      r.push_back({p + "norm1.weight", k3::DType::BF16, {1024}, {}});
+      r.push_back({p + "mlp.fc0.weight", k3::DType::BF16, {4096, 1024}, {}});
+      r.push_back({p + "mlp.fc1.weight", k3::DType::BF16, {1024, 4096}, {}});
+    }
+    r.push_back({"vision_tower.encoder.final_layernorm.weight", k3::DType::BF16, {1024}, {}});
+    r.push_back({"mm_projector.proj.0.weight", k3::DType::BF16, {4096, 4096}, {}});
+    r.push_back({"mm_projector.proj.2.weight", k3::DType::BF16, {7168, 4096}, {}});
+    r.push_back({"mm_projector.post_norm.weight", k3::DType::BF16, {7168}, {}});
+    return r;
+  }
+  const int64_t H = 8, F = 16, P = 2, O = 64;
   r.push_back({"vision_tower.patch_embed.proj.weight", k3::DType::BF16, {H, 3, P, P}, {}});
   r.push_back({"vision_tower.patch_embed.proj.bias", k3::DType::BF16, {H}, {}});
   r.push_back({"vision_tower.final_layernorm.weight", k3::DType::BF16, {H}, {}});

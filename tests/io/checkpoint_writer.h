@@ -55,7 +55,8 @@ void write_raw_safetensors(const fs::path& file, const std::string& header, uint
 std::vector<FxTensor> text_inventory(const k3::ModelConfig& cfg, const std::string& prefix = "language_model.",
                                      int a_log_len = 0);
 
-/// Plausible vision tensors: 165 vision_tower.* + 3 mm_projector.* (small shapes when `tiny`).
+/// 165 vision_tower.* + 3 mm_projector.* tensors: K3's published names and shapes (vision.md §2),
+/// or, when `tiny`, small placeholder tensors of a text-only checkpoint (never validated).
 std::vector<FxTensor> vision_inventory(bool tiny);
 
 /// A tiny K3-shaped config (wrapper with text_config): 5 layers (KDA K K M K M, 1-indexed

@@ -75,6 +75,8 @@ TEST(RealGeometry, FullK3InventoryInSparseShards) {
   EXPECT_EQ(st.shard_count, 96);
   EXPECT_EQ(st.n_tensors, 497220);
   EXPECT_EQ(st.n_vision, 168);
+  ASSERT_TRUE(c.vision.has_value());  // so open() validated all 168 vision tensors (vision.md §2)
+  EXPECT_EQ(vision_tensors(c).size(), 168u);
   EXPECT_EQ(st.n_text, 494592 + 2460);
   // Byte budget [AUDIT] (spec §2.7): non-expert trunk 113,509,540,864 B; one expert
   // 17,547,264 B x 896 x 92 = 1,446,456,066,048 B.

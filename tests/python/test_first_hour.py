@@ -1,7 +1,8 @@
 """A new user's first hour: the shipped K3 config (models/k3-config) plans without the weights,
 the README's example commands run, the stats line names the threads and OpenMP's wait policy,
-`k3 chat` folds its thinking and says when a turn ends without an answer, and quick loads and
-prefills print no progress lines."""
+`k3 chat` folds its thinking and says when a turn ends without an answer, quick loads and
+prefills print no progress lines, and `--warm` pages the mapped weights in (reported by `k3 run
+--json`) without a bar when it is quick, on a terminal or not."""
 import json
 import os
 import re
@@ -195,3 +196,45 @@ def test_quick_load_and_prefill_print_no_progress():
     err = r.stderr.decode()
     assert "prefill" not in err and "shard headers" not in err, err
     assert r.stdout.decode().startswith(prompt)     # the prompt is still echoed first
+
+
+def test_warm_pages_the_weights_in_and_prints_no_bar_when_quick():
+    def page_in(*extra):
+        r = k3("run", "-m", MINI, "-p", "And God said", "-n", 2, "--temp", 0, "--warm", "--json", *extra)
+        assert r.returncode == 0, r.stderr
+        assert "page-in" not in r.stderr.decode(), r.stderr  # quick, and stderr is not a terminal
+        return json.loads(r.stdout)["stats"]["page_in"]
+    p = page_in()
+    weights = sum(os.path.getsize(os.path.join(MINI, f)) for f in os.listdir(MINI) if f.endswith(".safetensors"))
+    page = os.sysconf("SC_PAGE_SIZE")
+    assert p["bytes"] % page == 0 and 0 < p["bytes"] <= weights + page * 64, (p, weights)
+    assert p["resident_bytes"] + p["read_bytes"] == p["bytes"] and p["ms"] >= 0, p
+    assert page_in("--stream-experts")["bytes"] < p["bytes"]  # streamed experts are read on demand, not paged in
+    r = k3("run", "-m", MINI, "-p", "And God said", "-n", 2, "--temp", 0, "--json")
+    assert "page_in" not in json.loads(r.stdout)["stats"]  # without --warm: no page-in
+    r = k3("chat", "-m", MINI, "--no-think", "-n", 4, "--temp", 0, "--warm", stdin=b"Who made the heaven?\n")
+    assert r.returncode == 0 and "page-in" not in r.stderr.decode(), r.stderr
+    for cmd in ("run", "chat", "serve"):
+        assert "--warm" in k3(cmd, "--help").stdout.decode(), cmd
+
+
+def test_warm_on_a_terminal_shows_no_bar_when_quick():
+    import pty
+    master, slave = pty.openpty()  # stderr a terminal: the bar would show if the page-in took over a second
+    try:
+        p = subprocess.run([K3, "run", "-m", MINI, "-p", "And God said", "-n", "2", "--temp", "0", "--warm", "-t", "1"],
+                           stdout=subprocess.PIPE, stderr=slave, timeout=300)
+        os.close(slave)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            err += chunk
+    finally:
+        os.close(master)
+    assert p.returncode == 0, err
+    assert b"page-in" not in err and b"load:" in err, err

@@ -8,8 +8,10 @@ equal to the API's greedy answer, a multi-turn conversation sent as history, rel
 conversation, the thinking channel collapsed / dimmed / expandable, tool calls as structured
 blocks, Stop cancelling a long answer and freeing the server's only slot, HTML in a prompt and in
 the model's output shown as text, server errors (401, 400) shown in the page; the libraries
-(marked, DOMPurify, highlight.js: Debian's files) served from /vendor/; a Markdown answer rendered,
-highlighted and sanitized, with code-block and message Copy (a recording clipboard stub); Regenerate,
+(marked, DOMPurify, highlight.js, KaTeX and its woff2 fonts: Debian's files) served from /vendor/; a
+Markdown answer rendered, highlighted and sanitized, with code-block and message Copy (a recording
+clipboard stub); math typeset by KaTeX (not in code, not prices, no links or scripts from math);
+Regenerate,
 Edit and resend; the conversation list (switch, Ctrl+Shift+O, rename, delete, reload, the phone
 drawer), export / import as JSON with malformed files refused; the system prompt per conversation;
 tokens and tokens/s under each answer; Esc, Shift+Enter and the help; dark mode; stored data that
@@ -480,7 +482,10 @@ VENDOR = [("/vendor/marked.min.js", "/usr/share/javascript/marked/marked.min.js"
           ("/vendor/purify.min.js", "/usr/share/nodejs/dompurify/dist/purify.min.js", "text/javascript"),
           ("/vendor/highlight.min.js", "/usr/share/javascript/highlight.js/highlight.min.js", "text/javascript"),
           ("/vendor/hljs_light.css", "/usr/share/javascript/highlight.js/styles/github.css", "text/css"),
-          ("/vendor/hljs_dark.css", "/usr/share/javascript/highlight.js/styles/atom-one-dark.css", "text/css")]
+          ("/vendor/hljs_dark.css", "/usr/share/javascript/highlight.js/styles/atom-one-dark.css", "text/css"),
+          ("/vendor/katex.min.js", "/usr/share/javascript/katex/katex.min.js", "text/javascript")]
+KATEX_CSS = "/usr/share/javascript/katex/katex.min.css"   # Debian 12 package libjs-katex
+KATEX_FONTS = "/usr/share/fonts/truetype/katex"            # Debian 12 package fonts-katex
 
 CODE = "def count(path):\n    with open(path) as f:\n        return sum(1 for _ in f)"
 MARKDOWN = ("## Plan\n\n1. read the **file**\n2. count the lines\n\n```python\n" + CODE + "\n```\n\n"
@@ -642,6 +647,134 @@ def test_markdown_answer_is_rendered_highlighted_sanitized_and_copyable(server, 
     assert dark[0] == "rgb(23, 23, 26)" and dark[1] != light[1], (light, dark)
     screenshot(d, "markdown-dark-phone.png", PHONE, capsys)
     d.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    d.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    assert_no_script_errors(d)
+
+
+def katex_css_as_served():
+    """Debian's katex.min.css without its woff and ttf font sources (only woff2 is embedded)."""
+    with open(KATEX_CSS, encoding="utf-8") as f:
+        return re.sub(r", *url\([^)]*\) *format\(['\"]?(woff|truetype)['\"]?\)", "", f.read())
+
+
+def test_katex_fonts_are_served_as_woff2_where_its_stylesheet_points(server):
+    fonts = sorted(n for n in os.listdir(KATEX_FONTS) if n.endswith(".woff2"))
+    assert len(fonts) == 20, fonts  # KaTeX 0.16's font set
+    for name in fonts:
+        r = httpx.get(server.url + "/vendor/fonts/" + name, timeout=10)  # no key, like the page
+        assert r.status_code == 200, name
+        assert r.headers["content-type"] == "font/woff2", name
+        with open(os.path.join(KATEX_FONTS, name), "rb") as f:
+            assert r.content == f.read(), name
+        assert r.content[:4] == b"wOF2", name
+        assert "font-src 'self'" in r.headers["content-security-policy"]
+    # the other formats are not embedded: not served (404 once the key opens the path)
+    for other in [fonts[0][:-6] + ".woff", fonts[0][:-6] + ".ttf"]:
+        r = httpx.get(server.url + "/vendor/fonts/" + other, headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+        assert r.status_code == 404, other
+    # the stylesheet: Debian's with only the woff2 sources, each naming a served font
+    r = httpx.get(server.url + "/vendor/katex.min.css", timeout=10)
+    assert r.status_code == 200 and r.headers["content-type"] == "text/css; charset=utf-8"
+    assert r.text == katex_css_as_served()
+    urls = re.findall(r"url\(([^)]*)\)", r.text)
+    assert sorted(set(urls)) == ["fonts/" + n for n in fonts], urls
+    assert ".woff)" not in r.text and ".ttf)" not in r.text
+    # the page's CSP: fonts from this origin; still no inline style and no other host
+    csp = httpx.get(server.url + "/", timeout=10).headers["content-security-policy"]
+    assert "font-src 'self'" in csp and "style-src 'self';" in csp and "unsafe" not in csp, csp
+    assert not re.search(r"https?:", csp), csp
+
+
+MATH_VALID = {  # the source as written (delimiters included) -> the TeX that KaTeX must receive
+    "$e^{i\\pi} + 1 = 0$": "e^{i\\pi} + 1 = 0",
+    "\\(a_1 * b_2 = c_{1}\\)": "a_1 * b_2 = c_{1}",
+    "$$\n\\sum_{k=1}^{n} k = \\frac{n(n+1)}{2}\n$$": "\n\\sum_{k=1}^{n} k = \\frac{n(n+1)}{2}\n",
+    "\\[ \\begin{pmatrix} a & b \\\\ c & d \\end{pmatrix} \\]": " \\begin{pmatrix} a & b \\\\ c & d \\end{pmatrix} ",
+    "$$\\sqrt{x_1^2 + x_2^2}$$": "\\sqrt{x_1^2 + x_2^2}",
+}
+MATH_UNSAFE = ["$\\href{javascript:window.__pwned=1}{click}$", "$\\url{javascript:window.__pwned=2}$",
+               "$<script>window.__pwned=3</script>$", "$\\htmlId{x}{y}\\includegraphics{x.png}$"]
+MATH = ("Euler: " + list(MATH_VALID)[0] + " and " + list(MATH_VALID)[1] + ", a sum:\n\n" + list(MATH_VALID)[2]
+        + "\n\nand a matrix\n\n" + list(MATH_VALID)[3] + "\n\ninline display " + list(MATH_VALID)[4]
+        + " here.\n\nPrices: it costs $5 and $6, or between $1,000 and $2,000.\n\n"
+        "In code: `$x_1$` and\n\n```\n$$y = x^2$$ \\(z\\)\n```\n\nUnsafe: " + " and ".join(MATH_UNSAFE))
+
+
+TAIL = " More." * 300  # streamed after the math
+
+
+def math_state(driver):
+    """The last answer's math: each placeholder's source, whether KaTeX typeset it, its errors,
+    the TeX it received (the MathML annotation); plus paragraphs, code and links."""
+    return driver.execute_script("""
+      const c = [...document.querySelectorAll('#messages .msg.assistant')].pop().querySelector('.content');
+      const math = [...c.querySelectorAll('.math-tex')].map((e) => {
+        const a = e.querySelector('annotation');
+        return {raw: e.dataset.raw, katex: !!e.querySelector('.katex'), error: !!e.querySelector('.katex-error'),
+                display: !!e.querySelector('.katex-display'), tex: a ? a.textContent : null,
+                styled: e.querySelectorAll('.katex-html [style]').length, svg: e.querySelectorAll('svg').length,
+                links: e.querySelectorAll('a, [href], [src]').length};
+      });
+      return {math, p: [...c.querySelectorAll('p')].map((p) => p.textContent),
+              code: [...c.querySelectorAll('code')].map((x) => x.textContent),
+              katexInCode: c.querySelectorAll('code .katex, pre .katex').length,
+              links: c.querySelectorAll('a').length, scripts: document.querySelectorAll('#messages script').length,
+              mainFont: [...document.fonts].some((f) => f.family.replace(/"/g, '') === 'KaTeX_Main' &&
+                                                      f.status === 'loaded')};""")
+
+
+def test_math_is_typeset_by_katex_safely_outside_code_and_prices(server, browser, capsys):
+    d = browser
+    open_page(d, server)
+    new_chat(d)
+    configure(d, thinking=False, max_tokens=2000)
+    # math first, then a long tail: the answer is seen typeset while it still streams
+    hook_fetch(d, MATH + TAIL + "<|end_of_msg|>")
+    d.execute_script("""
+      window.__k3mathWhileStreaming = false;
+      new MutationObserver(() => {
+        const m = [...document.querySelectorAll('#messages .msg.assistant')].pop();
+        if (m && m.dataset.status === 'streaming' && m.querySelector('.content .katex'))
+          window.__k3mathWhileStreaming = true;
+      }).observe(document.getElementById('messages'), {subtree: true, childList: true});""")
+    send(d, "Show me some math.")
+    m = wait_done(d)
+    assert m["content"] == MATH + TAIL, m["content"][:300]
+    assert d.execute_script("return window.__k3mathWhileStreaming") is True
+    d.execute_script("return document.fonts.ready")
+    got = math_state(d)
+    by_raw = {x["raw"]: x for x in got["math"]}
+    assert sorted(by_raw) == sorted(list(MATH_VALID) + MATH_UNSAFE), sorted(by_raw)
+    for raw, tex in MATH_VALID.items():
+        x = by_raw[raw]
+        # typeset, no error, and KaTeX got the TeX as written (marked left \\, _ and * alone; the
+        # MathML annotation holds it without the surrounding white space)
+        assert x["katex"] and not x["error"] and x["tex"] == tex.strip(), (raw, x)
+        assert x["display"] == raw.startswith(("$$", "\\[")), (raw, x)
+        assert x["styled"] > 0, (raw, x)  # KaTeX's layout styles survived the sanitizer (and the CSP)
+    assert by_raw[list(MATH_VALID)[4]]["svg"] == 1  # the square root's SVG
+    # no link, image or script comes out of math (typeset, or a TeX error shown as text); nothing ran
+    for raw in MATH_UNSAFE:
+        assert (by_raw[raw]["katex"] or by_raw[raw]["error"]) and by_raw[raw]["links"] == 0, (raw, by_raw[raw])
+    assert got["links"] == 0 and got["scripts"] == 0
+    for e in d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant .content .math-tex"):
+        e.click()
+    assert d.execute_script("return typeof window.__pwned") == "undefined"
+    # prices stay text; code keeps its dollars
+    assert "Prices: it costs $5 and $6, or between $1,000 and $2,000." in got["p"], got["p"]
+    assert got["code"] == ["$x_1$", "$$y = x^2$$ \\(z\\)\n"] and got["katexInCode"] == 0, got["code"]
+    assert got["mainFont"], "KaTeX_Main was not loaded from /vendor/fonts/"
+    # the same after a reload (typeset from localStorage), on a desktop and a phone
+    d.refresh()
+    wait_for(d, lambda d: len(page_state(d)) == 2, "the restored conversation")
+    wait_for(d, lambda d: [x["katex"] or x["error"] for x in math_state(d)["math"]]
+             == [True] * (len(MATH_VALID) + len(MATH_UNSAFE)), "the typeset math")
+    d.execute_script("document.querySelector('#messages .msg.assistant').scrollIntoView()")
+    d.execute_script("return document.fonts.ready")
+    for name, size in [("math-desktop.png", DESKTOP), ("math-phone.png", PHONE)]:
+        path = screenshot(d, name, size, capsys)
+        assert os.path.getsize(path) > 10000
+        assert d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth"), name
     d.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     assert_no_script_errors(d)
 

@@ -199,6 +199,7 @@ void run(const ChatCliOptions& o) {
   k3::ModelOptions mo = o.gen.model_options();
   mo.progress = progress.fn();
   k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, mo, stream);
+  o.gen.warm_up(lm, progress.fn());
   const k3::Tokenizer& tok = *lm.tokenizer;
 
   k3::ChatOptions copt;

@@ -116,9 +116,9 @@ void print_human(const std::string& dir, const k3::ModelConfig& c, const k3::Che
   std::printf("  other       embedding %s, lm_head %s, norms+AttnRes %s\n", human_params(p.embedding).c_str(),
               human_params(p.lm_head).c_str(), human_params(p.norms_attn_res).c_str());
   if (weights_present) {
-    std::printf("tensors       %lld in %d shard(s): %lld text, %lld vision (skipped)\n",
+    std::printf("tensors       %lld in %d shard(s): %lld text, %lld vision (%s)\n",
                 static_cast<long long>(st.n_tensors), st.shard_count, static_cast<long long>(st.n_text),
-                static_cast<long long>(st.n_vision));
+                static_cast<long long>(st.n_vision), c.vision ? "validated" : "skipped");
     std::printf("weights       text %s (%s bytes), vision %s\n", human_bytes(st.text_bytes).c_str(),
                 group_digits(static_cast<int64_t>(st.text_bytes)).c_str(), human_bytes(st.vision_bytes).c_str());
   } else {
@@ -126,6 +126,20 @@ void print_human(const std::string& dir, const k3::ModelConfig& c, const k3::Che
                 static_cast<long long>(st.n_text));
     std::printf("weights       ABSENT; the published text weights are %s (%s bytes), from config.json\n",
                 human_bytes(st.text_bytes).c_str(), group_digits(static_cast<int64_t>(st.text_bytes)).c_str());
+  }
+  if (c.vision) {
+    const k3::VisionConfig& v = *c.vision;
+    const k3::CheckpointStats vs = k3::published_vision_stats(c);
+    std::printf(
+        "vision        MoonViT-V2 tower: %d blocks, width %d, %d heads x %d, MLP %d, position table %dx%d; "
+        "projector %lld -> %d; %lld tensors, %s (%s bytes, BF16)\n",
+        v.num_layers, v.hidden_size, v.num_heads, v.head_dim(), v.intermediate_size, v.pos_emb_height, v.pos_emb_width,
+        static_cast<long long>(v.merged_width()), v.text_hidden_size, static_cast<long long>(vs.n_vision),
+        human_bytes(vs.vision_bytes).c_str(), group_digits(static_cast<int64_t>(vs.vision_bytes)).c_str());
+  } else {
+    std::printf("vision        none: text-only (%s)\n", c.vision_kind == k3::VisionConfigKind::Placeholder
+                                                            ? "vision_config is a placeholder without vt_hidden_size"
+                                                            : "no vision_config in config.json");
   }
   for (const auto& [dt, b] : st.text_bytes_by_dtype)
     std::printf("  %-11s %s in %lld tensors\n", std::string(k3::dtype_name(dt)).c_str(), human_bytes(b).c_str(),
@@ -175,6 +189,21 @@ nlohmann::json to_json(const std::string& dir, const k3::ModelConfig& c, const k
   j["shards"] = st.shard_count;
   j["tensors"] = {{"total", st.n_tensors}, {"text", st.n_text}, {"vision", st.n_vision}};
   j["bytes"] = {{"text", st.text_bytes}, {"vision", st.vision_bytes}};
+  if (c.vision) {
+    const k3::VisionConfig& v = *c.vision;
+    const k3::CheckpointStats vs = k3::published_vision_stats(c);
+    j["vision_tower"] = {{"blocks", v.num_layers},
+                         {"hidden_size", v.hidden_size},
+                         {"num_heads", v.num_heads},
+                         {"head_dim", v.head_dim()},
+                         {"intermediate_size", v.intermediate_size},
+                         {"pos_emb", {v.pos_emb_height, v.pos_emb_width}},
+                         {"projector", {v.merged_width(), v.text_hidden_size}},
+                         {"tensors", vs.n_vision},
+                         {"bytes", vs.vision_bytes}};
+  } else {
+    j["vision_tower"] = nullptr;
+  }
   for (const auto& [dt, b] : st.text_bytes_by_dtype) j["bytes_by_dtype"][std::string(k3::dtype_name(dt))] = b;
   j["state"] = {{"n_ctx", n_ctx},
                 {"dtype", "F32"},

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -82,6 +83,7 @@ void run(const RunOptions& o) {
   k3::ModelOptions mo = o.gen.model_options();
   mo.progress = progress.fn();
   k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, mo, stream);
+  const std::optional<k3::PageInStats> warm = o.gen.warm_up(lm, progress.fn());
   const k3::Tokenizer& tok = *lm.tokenizer;
   std::vector<int32_t> prompt =
       o.prompt_ids.empty() ? tok.encode(prompt_text) : parse_ids(o.prompt_ids, tok.vocab_size());
@@ -199,6 +201,11 @@ void run(const RunOptions& o) {
                   {"state_bytes", st.state_bytes},
                   {"threads", k3::num_threads()},
                   {"omp_wait", k3cli::omp_wait_policy()}};
+    if (warm)
+      j["stats"]["page_in"] = {{"bytes", warm->bytes},
+                               {"resident_bytes", warm->resident_bytes},
+                               {"read_bytes", warm->read_bytes},
+                               {"ms", warm->seconds * 1e3}};
     if (spec)
       j["speculative"] = {{"drafter", spec->drafter().name()},
                           {"verifies", spec->stats().verifies},

@@ -15,11 +15,13 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "command.h"
+#include "progress_bar.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "cache_flags.h"
@@ -183,6 +185,14 @@ void serve(const ServeOptions& o) {
 
   const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(o.parallel);  // memory plan
   k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, o.gen.model_options(), stream);
+  {
+    k3cli::ProgressBar progress;  // a page-in that takes over a second (stderr)
+    if (const std::optional<k3::PageInStats> w = o.gen.warm_up(lm, progress.fn())) {
+      progress.finish();
+      std::fprintf(stderr, "k3 serve: page-in: %s of mapped weights, %s of it already in RAM, in %.2f s\n",
+                   mib(w->bytes).c_str(), mib(w->resident_bytes).c_str(), w->seconds);
+    }
+  }
   k3::Scheduler::Options so;
   so.n_parallel = o.parallel;
   so.n_ctx = o.gen.n_ctx;

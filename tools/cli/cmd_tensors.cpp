@@ -1,6 +1,8 @@
-// `k3 tensors CONFIG [--json]`: the published text-tensor inventory that the tensor table
+// `k3 tensors CONFIG [--json]`: the published tensor inventory that the tensor table
 // (io/tensor_table.h) gives for a config.json (or a model folder holding one): every stored
-// tensor's name, dtype and shape in validation order, with its table row. The Python tools
+// tensor's name, dtype and shape in validation order, with its table row; the text tensors, then
+// (when the config declares a vision tower) the vision tower's and projector's (JSON: the
+// separate array "vision_tensors"). The Python tools
 // (tools/reference tensor_inventory, the trainer, the GGUF exporter) are tested against this
 // listing (tests/python/test_tensor_table.py), so the C++ table stays the one list of names.
 #include <nlohmann/json.hpp>
@@ -30,6 +32,9 @@ const char* group_name(k3::TensorGroup g) {
     case k3::TensorGroup::DenseMLP: return "dense_mlp";
     case k3::TensorGroup::MoE: return "moe";
     case k3::TensorGroup::Expert: return "expert";
+    case k3::TensorGroup::VisionTower: return "vision_tower";
+    case k3::TensorGroup::VisionBlock: return "vision_block";
+    case k3::TensorGroup::Projector: return "projector";
   }
   return "?";
 }
@@ -52,6 +57,9 @@ void run_tensors(const TensorsOptions& o) {
         std::printf("%s %s %s\n", t.name.c_str(), std::string(k3::dtype_name(t.dtype)).c_str(),
                     shape_text(t.shape).c_str());
     });
+    for (const k3::TensorSpec& s : k3::vision_tensors(c))
+      std::printf("%s %s %s\n", s.name.c_str(), std::string(k3::dtype_name(s.dtypes.front())).c_str(),
+                  shape_text(s.shape).c_str());
     return;
   }
   nlohmann::json kinds = nlohmann::json::array();
@@ -79,15 +87,24 @@ void run_tensors(const TensorsOptions& o) {
                          {"layer", s.il},
                          {"expert", s.expert}});
   });
-  const nlohmann::json j = {{"config", p.string()}, {"kinds", kinds}, {"tensors", tensors}};
+  nlohmann::json vision = nlohmann::json::array();
+  for (const k3::TensorSpec& s : k3::vision_tensors(c))
+    vision.push_back({{"name", s.name},
+                      {"dtype", std::string(k3::dtype_name(s.dtypes.front()))},
+                      {"shape", s.shape},
+                      {"kind", k3::tensor_kind(s.role).id},
+                      {"layer", s.il}});
+  const nlohmann::json j = {{"config", p.string()}, {"kinds", kinds}, {"tensors", tensors}, {"vision_tensors", vision}};
   std::printf("%s\n", j.dump(1).c_str());
 }
 
-k3cli::Registrar reg("tensors", "List the text tensors the tensor table expects for a config.json", [](CLI::App* sub) {
-  auto opt = std::make_shared<TensorsOptions>();
-  sub->add_option("config", opt->config, "config.json, or a model folder holding one")->required();
-  sub->add_flag("--json", opt->json, "machine-readable: the table's rows (kinds) and every stored tensor");
-  sub->callback([opt] { run_tensors(*opt); });
-});
+k3cli::Registrar reg("tensors", "List the tensors the tensor table expects for a config.json (text, then vision)",
+                     [](CLI::App* sub) {
+                       auto opt = std::make_shared<TensorsOptions>();
+                       sub->add_option("config", opt->config, "config.json, or a model folder holding one")->required();
+                       sub->add_flag("--json", opt->json,
+                                     "machine-readable: the table's rows (kinds) and every stored tensor");
+                       sub->callback([opt] { run_tensors(*opt); });
+                     });
 
 }  // namespace

@@ -9,9 +9,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 
+#include "core/page_in.h"
 #include "flag_checks.h"
 #include "io/memory_plan.h"
 #include "kernels/threads.h"
@@ -63,6 +65,7 @@ struct GenFlags {
   bool no_direct_io = false;   ///< buffered pread instead of O_DIRECT
   bool expert_cache_given = false;
   double ram_gb = 0;  ///< --ram-gb: check the memory plan at start-up (0 = off unless streaming)
+  bool warm = false;  ///< --warm: page the model's mapped weights in after loading
   std::string trunk_type = "bf16";
 
   /// Model options of these flags (--trunk-type, --numerics, -t; K3_* via exec_flags.h).
@@ -116,7 +119,8 @@ struct GenFlags {
   }
 
   /// Declares -m, -n, -c, -b, -t, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
-  /// --repeat-last-n, --seed, --stream-experts, --expert-cache-gb, --io-threads, --no-direct-io, --ram-gb, --trunk-type on `sub`.
+  /// --repeat-last-n, --seed, --stream-experts, --expert-cache-gb, --io-threads, --no-direct-io, --ram-gb, --trunk-type,
+  /// --warm on `sub`.
   void add_to(CLI::App* sub) {
     sub->add_option("-m,--model", model_dir, "K3 checkpoint directory (config.json, safetensors, tiktoken.model)")
         ->required();
@@ -169,7 +173,7 @@ struct GenFlags {
            },
            "streamed experts: LRU cache budget in GB (0 = no cache); implies --stream-experts")
         ->type_name("GB");
-    sub->add_option("--io-threads", io_threads, "streamed experts: reads in flight")
+    sub->add_option("--io-threads", io_threads, "reads in flight: streamed experts, and the page-in of --warm")
         ->capture_default_str()
         ->check(IntRange(1, 1024));
     sub->add_flag("--no-direct-io", no_direct_io, "streamed experts: buffered pread instead of O_DIRECT");
@@ -180,7 +184,21 @@ struct GenFlags {
                     "trunk weights in RAM: bf16 (as published), q8 or q4 (quantized at load)")
         ->capture_default_str()
         ->check(CLI::IsMember({"bf16", "q8", "q4"}));
+    sub->add_flag("--warm", warm,
+                  "read the model's mapped weights into RAM after loading (the trunk, and the routed experts "
+                  "unless streamed), --io-threads at a time; pages already in RAM are skipped; a progress bar "
+                  "when it takes over a second");
     numerics.add_to(sub);
+  }
+
+  /// --warm: pages `lm`'s mapped weights in (core/page_in.h, Model::mapped_weight_ranges) with
+  /// --io-threads reads at a time, reporting ("page-in", bytes done, bytes) to `progress`.
+  /// Without --warm: nothing (nullopt). Errors: page_in's.
+  std::optional<k3::PageInStats> warm_up(const k3::LoadedModel& lm, const k3::ProgressFn& progress) const {
+    if (!warm) return std::nullopt;
+    k3::PageInOptions po;
+    po.threads = io_threads;
+    return k3::page_in(lm.model->mapped_weight_ranges(), po, progress);
   }
 
   /// Final sampler parameters (draws the random seed when none was given) — validated.

@@ -1,6 +1,12 @@
 """Tiny random K3 checkpoint generator (published K3 layout, k3-architecture.md §1-§2, §4).
 
 Usage: python tools/reference/gen_tiny.py --out DIR --variant {k3,scaled,many_experts,kimi_linear_gate} --seed S
+       [--vision {tiny,wide_qkv}]
+
+--vision adds a tiny random MoonViT-V2 vision tower and projector (shared spec vision.md §1.1, §2:
+the published tensor names, few blocks, small widths, a head dim that is a multiple of 4 for the 2D
+RoPE, a non-square position table); without it the checkpoint carries a placeholder
+vision_config and a few placeholder vision tensors (text-only).
 
 Writes only config.json, model-0000K-of-00000N.safetensors shards and model.safetensors.index.json.
 Deterministic given (variant, seed). Weights are random with scales chosen so activations stay O(1).
@@ -101,13 +107,78 @@ def vision_tensors(rng: np.random.Generator) -> dict:
     }
 
 
-def generate(out_dir: str, variant: str = "k3", seed: int = 0, n_shards: int = 3) -> dict:
-    """Generate the checkpoint into out_dir; returns the config dict."""
+# Tiny vision towers (vision.md §1.1 keys): "tiny" has head dim = width / heads; "wide_qkv" has
+# qkv_hidden_size wider than vt_hidden_size like K3 (1536 vs 1024), head dim 24, three blocks.
+VISION_VARIANTS = {
+    "tiny": dict(vt_hidden_size=32, vt_num_hidden_layers=2, vt_num_attention_heads=2, qkv_hidden_size=32,
+                 vt_intermediate_size=64, init_pos_emb_height=6, init_pos_emb_width=4),
+    "wide_qkv": dict(vt_hidden_size=24, vt_num_hidden_layers=3, vt_num_attention_heads=2, qkv_hidden_size=48,
+                     vt_intermediate_size=40, init_pos_emb_height=4, init_pos_emb_width=4),
+}
+
+
+def vision_config(vision: str, text_hidden: int) -> dict:
+    """The vision_config of a tiny tower (K3's keys and fixed values, small dimensions)."""
+    if vision not in VISION_VARIANTS:
+        raise ValueError(f"unknown vision tower {vision!r}; choose one of {tuple(VISION_VARIANTS)}")
+    v = VISION_VARIANTS[vision]
+    return {
+        "model_type": "moonvit3d", "patch_size": 14, **v,
+        "norm_type": "rmsnorm", "attn_bias": False, "linear_bias": False, "patch_embed_proj_bias": False,
+        "mlp_type": "mlp2", "activation_func": "gelu_pytorch_tanh", "pos_emb_type": "divided_fixed",
+        "init_pos_emb_time": 4, "pos_emb_interpolation_mode": "bilinear", "merge_kernel_size": [2, 2],
+        "merge_type": "sd2_tpool", "mm_projector_type": "patchmergerv2", "mm_hidden_size": v["vt_hidden_size"],
+        "text_hidden_size": text_hidden, "projector_hidden_act": "gelu", "projector_ln_eps": 1e-05,
+    }
+
+
+def vision_inventory(vc: dict):
+    """The 3 + 6·blocks + 3 vision tensors of vision.md §2 in forward order: (name, "BF16", shape)."""
+    D, A, I = vc["vt_hidden_size"], vc.get("qkv_hidden_size", vc["vt_hidden_size"]), vc["vt_intermediate_size"]
+    p, Dp, Dt = vc["patch_size"], 4 * vc["mm_hidden_size"], vc["text_hidden_size"]
+    out = [("vision_tower.patch_embed.proj.weight", "BF16", (D, 3, p, p)),
+           ("vision_tower.patch_embed.pos_emb.weight", "BF16",
+            (vc["init_pos_emb_height"], vc["init_pos_emb_width"], D))]
+    for b in range(vc["vt_num_hidden_layers"]):
+        pre = f"vision_tower.encoder.blocks.{b}."
+        out += [(pre + "norm0.weight", "BF16", (D,)), (pre + "wqkv.weight", "BF16", (3 * A, D)),
+                (pre + "wo.weight", "BF16", (D, A)), (pre + "norm1.weight", "BF16", (D,)),
+                (pre + "mlp.fc0.weight", "BF16", (I, D)), (pre + "mlp.fc1.weight", "BF16", (D, I))]
+    out += [("vision_tower.encoder.final_layernorm.weight", "BF16", (D,)),
+            ("mm_projector.proj.0.weight", "BF16", (Dp, Dp)),
+            ("mm_projector.proj.2.weight", "BF16", (Dt, Dp)),
+            ("mm_projector.post_norm.weight", "BF16", (Dt,))]
+    return out
+
+
+def random_vision_tensors(vc: dict, rng: np.random.Generator) -> dict:
+    """Random BF16 weights for vision_inventory(vc). Linear [out, in] (the patch conv as [D, 3·p·p]):
+    N(0,1)/sqrt(in); norm weights 1 + 0.1 N(0,1); position table 0.5 N(0,1)."""
+    out = {}
+    for name, dt, shape in vision_inventory(vc):
+        if "norm" in name:
+            w = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif name.endswith("pos_emb.weight"):
+            w = 0.5 * rng.standard_normal(shape)
+        else:
+            w = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
+        out[name] = (dt, kc.f32_to_bf16_bits(w))
+    return out
+
+
+def generate(out_dir: str, variant: str = "k3", seed: int = 0, n_shards: int = 3, vision: str | None = None) -> dict:
+    """Generate the checkpoint into out_dir; returns the config dict. vision: a VISION_VARIANTS key
+    (a tiny random tower and its vision_config) or None (placeholder vision tensors, text-only)."""
     cfg = variant_config(variant)
     rng = np.random.default_rng([seed, VARIANTS.index(variant)])
     tc = kc.text_config(cfg)
     tensors = random_tensors(tc, rng)
-    kc.write_checkpoint(out_dir, cfg, tensors, n_shards=n_shards, extra_tensors=vision_tensors(rng))
+    if vision is None:
+        extra = vision_tensors(rng)
+    else:
+        cfg["vision_config"] = vision_config(vision, tc["hidden_size"])
+        extra = random_vision_tensors(cfg["vision_config"], np.random.default_rng([seed, 1000 + list(VISION_VARIANTS).index(vision)]))
+    kc.write_checkpoint(out_dir, cfg, tensors, n_shards=n_shards, extra_tensors=extra)
     return cfg
 
 
@@ -125,11 +196,13 @@ def main(argv=None):
     ap.add_argument("--variant", default="k3", choices=VARIANTS)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shards", type=int, default=3)
+    ap.add_argument("--vision", choices=tuple(VISION_VARIANTS), default=None,
+                    help="add a tiny random vision tower (vision.md §1.1, §2) instead of placeholder vision tensors")
     ap.add_argument("--byte-tokenizer", action="store_true",
                     help="also write a tiktoken.model of the 256 single bytes (ranks 0..255; with the 256 "
                          "special ids that fills the tiny vocab of 512), so that `k3 info` and `k3 run` can load it")
     a = ap.parse_args(argv)
-    generate(a.out, a.variant, a.seed, a.shards)
+    generate(a.out, a.variant, a.seed, a.shards, vision=a.vision)
     if a.byte_tokenizer:
         write_byte_tokenizer(a.out)
 

@@ -1,9 +1,11 @@
 // k3 chat page: talks to this server's /v1/chat/completions with "stream": true (SSE) and keeps
 // the conversations in localStorage. Answers and thinking are rendered as Markdown by marked,
 // with raw HTML in them turned into text and the result sanitized by DOMPurify before it enters
-// the page; code blocks are highlighted by highlight.js. Everything else from the user or the
-// model goes into the page through textContent only. The three libraries come from Debian
-// packages, embedded in the server and served from its /vendor/ (no other host is contacted).
+// the page; code blocks are highlighted by highlight.js; math ($...$, \(...\), $$...$$,
+// \[...\]) is typeset by KaTeX after that, and KaTeX's output is sanitized by DOMPurify in
+// place. Everything else from the user or the model goes into the page through textContent
+// only. The libraries come from Debian packages, embedded in the server and served from its
+// /vendor/ (no other host is contacted).
 'use strict';
 
 (() => {
@@ -208,6 +210,73 @@
     ADD_ATTR: ['target'],
   };
 
+  // KaTeX's options: no command that makes links, loads images or sets classes, ids, styles or
+  // data attributes (trust: false); LaTeX-compatibility warnings off; sizes (\rule, \kern, ...)
+  // capped at 20 em and macro expansion at 1000 steps, so no input makes a huge box or loops.
+  // A TeX error is thrown (throwOnError) and shown by renderMath as the source in an error span:
+  // KaTeX's own error span colours itself with a style attribute, which the CSP refuses.
+  const KATEX = {throwOnError: true, trust: false, strict: 'ignore', maxSize: 20, maxExpand: 1000,
+                 output: 'htmlAndMathml'};
+
+  // DOMPurify's configuration for KaTeX's output (sanitized in place): HTML, SVG (the square
+  // roots, arrows and braces) and MathML (for screen readers, with KaTeX's semantics/annotation
+  // wrapper); no links, images or foreign content.
+  const MATH_PURIFY = {IN_PLACE: true, USE_PROFILES: {html: true, svg: true, mathMl: true},
+                       ADD_TAGS: ['semantics', 'annotation'],
+                       FORBID_TAGS: ['a', 'img', 'image', 'use', 'foreignobject', 'style', 'form', 'input', 'button'],
+                       FORBID_ATTR: ['id', 'name', 'href', 'xlink:href', 'src', 'action']};
+  let purifyingMath = false;  // true while DOMPurify sanitizes KaTeX's output (the style hook)
+
+  // Math in Markdown, as marked extensions that take the math out before marked reads it (so
+  // '\\', '_' and '*' inside math reach KaTeX as written) and leave a placeholder span with the
+  // TeX in data-tex and the source with its delimiters as its text. Code spans and code blocks
+  // are read by marked first, so '$' in code stays literal. Inline: $...$ (no space just inside
+  // either '$', and no digit right after the closing one, so "$5 and $6" stays text) and
+  // \(...\); display: $$...$$ and \[...\], on lines of their own (a block) or inside a line.
+  // Inline math does not cross a backtick (a code span) or a blank line.
+  const mathSpan = (raw, tex, display) =>
+    `<span class="math-tex${display ? ' math-display' : ''}" data-display="${display ? 1 : 0}" ` +
+    `data-tex="${escapeHtml(tex)}" data-raw="${escapeHtml(raw)}">${escapeHtml(raw)}</span>`;
+  const INLINE_MATH = [
+    {re: /^\$\$((?:\\[\s\S]|[^\\$`])+?)\$\$/, display: true},
+    {re: /^\\\[((?:\\(?!\])[\s\S]|[^\\`])+?)\\\]/, display: true},
+    {re: /^\\\(((?:\\(?!\))[\s\S]|[^\\`])+?)\\\)/, display: false},
+    {re: /^\$((?:\\[\s\S]|[^\\$`])+?)\$(?!\d)/, display: false, tight: true},
+  ];
+  const BLOCK_MATH = /^ {0,3}(\$\$|\\\[)((?:[^\n]|\n(?![ \t]*\n))+?)(\$\$|\\\])[ \t]*(?:\n+|$)/;
+  const MATH_EXTENSIONS = [
+    {
+      name: 'mathBlock', level: 'block',
+      start: (src) => {
+        const m = /^ {0,3}(?:\$\$|\\\[)/m.exec(src);
+        return m ? m.index : undefined;
+      },
+      tokenizer(src) {
+        const m = BLOCK_MATH.exec(src);
+        if (!m || (m[1] === '$$') !== (m[3] === '$$') || !m[2].trim()) return undefined;
+        return {type: 'mathBlock', raw: m[0], text: m[2], source: m[0].trim()};
+      },
+      renderer: (token) => `<div class="math-block">${mathSpan(token.source, token.text, true)}</div>\n`,
+    },
+    {
+      name: 'math', level: 'inline',
+      start: (src) => {
+        const i = src.search(/\$|\\[([]/);
+        return i < 0 ? undefined : i;
+      },
+      tokenizer(src) {
+        for (const {re, display, tight} of INLINE_MATH) {
+          const m = re.exec(src);
+          if (!m || !m[1].trim()) continue;
+          if (tight && (/^\s/.test(m[1]) || /\s$/.test(m[1]))) return undefined;
+          return {type: 'math', raw: m[0], text: m[1], display};
+        }
+        return undefined;
+      },
+      renderer: (token) => mathSpan(token.raw, token.text, token.display),
+    },
+  ];
+
   // Returns null when a library did not load: the text is then shown as it is.
   const markdown = (() => {
     if (!window.marked || !window.DOMPurify) return null;
@@ -231,14 +300,47 @@
     // Debian maintains its highlight.js 9 package; this silences upstream's end-of-life notice
     // that 9.x prints to the console on the first highlight.
     if (window.hljs) hljs.configure({hideUpgradeWarningAcceptNoSupportOrSecurityUpdates: true});
+    marked.use({extensions: MATH_EXTENSIONS});
     DOMPurify.addHook('afterSanitizeAttributes', (node) => {
       if (node.tagName === 'A') {
         node.setAttribute('target', '_blank');
         node.setAttribute('rel', 'noopener noreferrer');
       }
     });
+    // DOMPurify removes each attribute and sets it again; a style attribute set that way is
+    // refused by the page's CSP (no inline style). KaTeX's styles are set through the CSSOM,
+    // which the CSP allows: while its output is sanitized they are left where they are.
+    DOMPurify.addHook('uponSanitizeAttribute', (node, data) => {
+      if (purifyingMath && data.attrName === 'style') data.forceKeepAttr = true;
+    });
     return (text) => DOMPurify.sanitize(marked.parse(text), PURIFY);
   })();
+
+  // Typesets each math placeholder of `box` (made by MATH_EXTENSIONS, already sanitized) with
+  // KaTeX, then sanitizes KaTeX's output in place. Math KaTeX cannot read is shown as its source
+  // (with its delimiters) in a .katex-error span titled with KaTeX's message; without KaTeX the
+  // placeholder keeps showing the source.
+  function renderMath(box) {
+    if (!window.katex) return;
+    for (const e of box.querySelectorAll('.math-tex')) {
+      const tex = e.dataset.tex;
+      if (typeof tex !== 'string') continue;
+      try {
+        katex.render(tex, e, Object.assign({displayMode: e.dataset.display === '1', macros: {}}, KATEX));
+      } catch (err) {
+        const shown = el('span', 'katex-error', e.dataset.raw || tex);
+        shown.title = String(err && err.message);
+        e.replaceChildren(shown);
+        continue;
+      }
+      purifyingMath = true;
+      try {
+        DOMPurify.sanitize(e, MATH_PURIFY);
+      } finally {
+        purifyingMath = false;
+      }
+    }
+  }
 
   async function copyText(text) {
     if (navigator.clipboard && window.isSecureContext) {
@@ -291,6 +393,7 @@
       pre.replaceWith(wrap);
       wrap.append(head, pre);
     }
+    renderMath(box);
   }
 
   // --- rendering ----------------------------------------------------------------------------

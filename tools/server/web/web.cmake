@@ -8,15 +8,31 @@ list(TRANSFORM K3_WEB_FILES PREPEND ${K3_WEB_DIR}/ OUTPUT_VARIABLE K3_WEB_PATHS)
 
 # The page's libraries, from Debian packages (scripts/setup.sh installs them), served at
 # /vendor/<name> from this server: markdown (marked), its sanitizer (DOMPurify), code
-# highlighting (highlight.js, the full language pack: Debian ships no core-only build) and two
-# highlight.js themes (light and dark).
+# highlighting (highlight.js, the full language pack: Debian ships no core-only build), two
+# highlight.js themes (light and dark), and math typesetting (KaTeX: its script, its stylesheet
+# and, below, its fonts).
 #   URL name               Debian package        path in the package
 set(K3_WEB_VENDOR
   "vendor/marked.min.js"    libjs-marked        /usr/share/javascript/marked/marked.min.js
   "vendor/purify.min.js"    node-dompurify      /usr/share/nodejs/dompurify/dist/purify.min.js
   "vendor/highlight.min.js" libjs-highlight.js  /usr/share/javascript/highlight.js/highlight.min.js
   "vendor/hljs_light.css"   libjs-highlight.js  /usr/share/javascript/highlight.js/styles/github.css
-  "vendor/hljs_dark.css"    libjs-highlight.js  /usr/share/javascript/highlight.js/styles/atom-one-dark.css)
+  "vendor/hljs_dark.css"    libjs-highlight.js  /usr/share/javascript/highlight.js/styles/atom-one-dark.css
+  "vendor/katex.min.js"     libjs-katex         /usr/share/javascript/katex/katex.min.js
+  "vendor/katex.min.css"    libjs-katex         /usr/share/javascript/katex/katex.min.css)
+# KaTeX's fonts, the woff2 files only (every browser that runs the page reads woff2; embed.cmake
+# drops the woff and ttf sources from the stylesheet). The stylesheet names them
+# url(fonts/<file>), relative to /vendor/katex.min.css: they are served at /vendor/fonts/<file>.
+set(K3_WEB_KATEX_FONTS /usr/share/fonts/truetype/katex)
+file(GLOB katex_fonts "${K3_WEB_KATEX_FONTS}/KaTeX_*.woff2")
+if(NOT katex_fonts)
+  message(FATAL_ERROR "The chat page needs KaTeX's fonts ${K3_WEB_KATEX_FONTS}/KaTeX_*.woff2, from the Debian "
+                      "package fonts-katex: apt-get install fonts-katex (scripts/setup.sh installs it)")
+endif()
+foreach(font IN LISTS katex_fonts)
+  get_filename_component(font_name "${font}" NAME)
+  list(APPEND K3_WEB_VENDOR "vendor/fonts/${font_name}" fonts-katex "${font}")
+endforeach()
 set(K3_WEB_FILES_ARG ${K3_WEB_FILES})
 list(LENGTH K3_WEB_VENDOR n_vendor)
 math(EXPR last "${n_vendor} - 1")

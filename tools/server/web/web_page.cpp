@@ -12,7 +12,7 @@ std::string exact_path_pattern(std::string_view path) {
   std::string p;
   for (char c : path) {
     const bool plain =
-        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' || c == '_';
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' || c == '_' || c == '-';
     if (!plain) p += '\\';
     p += c;
   }
@@ -22,7 +22,8 @@ std::string exact_path_pattern(std::string_view path) {
 }  // namespace
 
 const char* const kWebPageCsp =
-    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; font-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 void add_web_page_routes(httplib::Server& s) {

@@ -10,8 +10,10 @@ class Server;
 
 namespace k3::server {
 
-/// The Content-Security-Policy of every page response: scripts, styles and fetches from this
-/// origin only (no inline script, no external host), no frames, no plugins, no form posts.
+/// The Content-Security-Policy of every page response: scripts, styles, fonts and fetches from
+/// this origin only (no inline script, no external host), no frames, no plugins, no form posts.
+/// No inline style either: KaTeX sets its layout through the style property of the elements it
+/// creates (CSSOM), which style-src does not govern, so 'unsafe-inline' is not needed.
 extern const char* const kWebPageCsp;
 
 /// Registers GET (and HEAD) for each embedded file. These routes need no API key: the page
