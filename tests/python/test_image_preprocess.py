@@ -426,3 +426,27 @@ def test_bad_config_values(tmp_path):
     big = tmp_path / "big.png"
     big.write_bytes(pil_bytes(Image.new("RGB", (60, 20)), "PNG"))
     one_line_error(k3("image-info", "--image", big, "--config", c), "too many patches per side")
+
+
+def test_vision_image_equals_vision_patches(tmp_path):
+    """`k3 vision --image F` feeds the tower the patches `k3 image-info --out` writes: same output."""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools", "reference"))
+    import gen_tiny
+    model = tmp_path / "tiny"
+    gen_tiny.generate(str(model), "k3", seed=5, vision="tiny")
+    gen_tiny.write_byte_tokenizer(str(model))
+    img = tmp_path / "rgba.png"
+    rng = np.random.default_rng(11)
+    img.write_bytes(pil_bytes(Image.fromarray(rng.integers(0, 256, (40, 57, 4)).astype(np.uint8), "RGBA"), "PNG"))
+    r = k3("image-info", "--image", img, "--out", tmp_path / "p.npy")
+    assert r.returncode == 0, r.stderr.decode()
+    gh, gw = parse_info(r.stdout.decode())["grid"].strip("()").split(", ")[1:]
+    a = k3("vision", "-m", model, "--image", img, "--out", tmp_path / "a.npy", "-t", "1", timeout=120)
+    b = k3("vision", "-m", model, "--patches", tmp_path / "p.npy", "--grid", f"{gh},{gw}", "--out",
+           tmp_path / "b.npy", "-t", "1", timeout=120)
+    assert a.returncode == 0 and b.returncode == 0, (a.stderr.decode(), b.stderr.decode())
+    assert np.array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"GIF89a....")
+    one_line_error(k3("vision", "-m", model, "--image", bad), f"image {bad}", "unsupported format GIF")
