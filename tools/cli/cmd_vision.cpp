@@ -2,7 +2,9 @@
 // §4-§5): preprocessed patches in, the projector output [n_tokens, hidden] float32 out (--out),
 // named intermediates with --dump DIR (vision/vision_tower.h lists them). Images come as
 // --patches FILE.npy (float32 [h·w, 588] or [h·w, 3, 14, 14], spec §3.4 order, e.g. from
-// `k3 image-info --out`) with --grid H,W; repeated pairs form one batch. A text-only checkpoint
+// `k3 image-info --out`) with --grid H,W, or as --image FILE (PNG, JPEG or WebP, preprocessed as
+// K3's processor does with the checkpoint's preprocessor_config.json, vision/image_preprocess.h);
+// all of them form one batch (the --patches images first). A text-only checkpoint
 // is refused. Exact fp32 by default (the fp64 reference's 1e-5 contract); --numerics selects
 // another mode.
 #include <chrono>
@@ -19,13 +21,14 @@
 #include "io/npy_reader.h"
 #include "model/dump.h"
 #include "vision/image_patches.h"
+#include "vision/image_preprocess.h"
 #include "vision/vision_tower.h"
 
 namespace {
 
 struct Options {
   std::string model, out, dump;
-  std::vector<std::string> patches, grids;
+  std::vector<std::string> patches, grids, image_files;
   int threads = 0;
   k3cli::InputLimit input_limit;
   k3cli::NumericsFlag numerics;
@@ -107,7 +110,8 @@ void encode_and_write(const k3::vision::VisionTower& tower, const std::vector<k3
 }
 
 void run(const Options& o) {
-  if (o.patches.empty()) throw k3::Error("vision: give the image as --patches FILE.npy with --grid H,W");
+  if (o.patches.empty() && o.image_files.empty())
+    throw k3::Error("vision: give the image as --image FILE or as --patches FILE.npy with --grid H,W");
   if (o.patches.size() != o.grids.size())
     throw k3::Error("vision: " + std::to_string(o.patches.size()) + " --patches but " + std::to_string(o.grids.size()) +
                     " --grid (one --grid H,W per --patches file, in the same order)");
@@ -117,6 +121,11 @@ void run(const Options& o) {
   const k3::vision::VisionTower tower(*ck);  // refuses a text-only checkpoint before any image is read
   std::vector<k3::vision::ImagePatches> images;
   for (size_t i = 0; i < o.patches.size(); ++i) images.push_back(load_patches(o.patches[i], o.grids[i], o.input_limit));
+  if (!o.image_files.empty()) {
+    const auto cfg = k3::vision::ImagePreprocessConfig::for_model_dir(o.model);
+    for (const std::string& f : o.image_files)
+      images.push_back(k3::vision::preprocess_image_file(f, cfg, k3::vision::ImageLimits{}));
+  }
   encode_and_write(tower, images, o);
 }
 
@@ -128,6 +137,9 @@ const k3cli::Registrar kReg(
                       "float32 .npy [h*w, 588] or [h*w, 3, 14, 14] of one image's patches (spec vision.md §3.4); "
                       "repeat for a batch");
       sub->add_option("--grid", o->grids, "the patch grid H,W of the matching --patches (both even)");
+      sub->add_option("--image", o->image_files,
+                      "PNG, JPEG or WebP file, preprocessed as K3's processor does (spec vision.md §3); "
+                      "repeat for a batch");
       sub->add_option("--out", o->out, "write the projector output as .npy float32 [n_tokens, hidden]");
       sub->add_option("--dump", o->dump, "write the named intermediates (.npy + manifest.json) to DIR");
       sub->add_option("-t,--threads", o->threads, "worker threads (0 = all hardware threads)")
