@@ -27,6 +27,23 @@ inline bool launched_by_mpi() {
   return false;
 }
 
+/// The number of ranks the launcher started, from its variables (Open MPI's
+/// OMPI_COMM_WORLD_SIZE, MPICH's PMI_SIZE, Slurm's SLURM_NTASKS under PMI/PMIx); 0 when it does
+/// not say (or no launcher started this process).
+inline long launched_group_size() {
+  auto number = [](const char* name) -> long {
+    const std::string v = env_value(name);
+    if (v.empty()) return 0;
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    return end != v.c_str() && *end == '\0' && n > 0 ? n : 0;
+  };
+  if (const long n = number("OMPI_COMM_WORLD_SIZE")) return n;
+  if (const long n = number("PMI_SIZE")) return n;
+  if (launched_by_mpi()) return number("SLURM_NTASKS");
+  return 0;
+}
+
 /// The config of `numerics_flag` (empty: K3_NUMERICS, else `fallback`), `threads` (<= 0: the
 /// process count) and K3_ISA / K3_KERNELS / K3_MXFP4. A program runs one config, so it also
 /// becomes the process default (set_default_exec_config: ModelOptions{} takes it, and kernels run

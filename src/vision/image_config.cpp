@@ -81,9 +81,12 @@ ImagePreprocessConfig ImagePreprocessConfig::parse(std::string_view json_text, c
   } else {
     c.merge_kernel_size = get_int(o, "merge_kernel_size", where, 1, 64, c.merge_kernel_size);
   }
+  if (c.merge_kernel_size != 2)
+    throw Error(where + ": key \"merge_kernel_size\": this engine's vision tower merges 2x2 patches, found " +
+                std::to_string(c.merge_kernel_size));
   c.in_patch_limit = get_int(o, "in_patch_limit", where, 1, int64_t{1} << 40, c.in_patch_limit);
-  c.patch_limit_on_one_side =
-      get_int(o, "patch_limit_on_one_side", where, 1, int64_t{1} << 20, c.patch_limit_on_one_side);
+  // the tower's 2D rotary table holds 512 positions per side (vision.md §4.3)
+  c.patch_limit_on_one_side = get_int(o, "patch_limit_on_one_side", where, 1, 512, c.patch_limit_on_one_side);
   if (o.contains("fixed_output_tokens") && !o["fixed_output_tokens"].is_null())
     throw Error(where + ": key \"fixed_output_tokens\": only null (the token count follows the image size) is " +
                 "supported, found " + found(o["fixed_output_tokens"]));

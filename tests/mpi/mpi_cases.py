@@ -209,6 +209,19 @@ class Cases:
         assert "rank 1 (" in p.stderr and "differs from rank 0" in p.stderr and "config.json" in p.stderr, p.stderr
         assert "pos 0" not in p.stdout, p.stdout
 
+    def case_refuse_other_input(self):
+        """MPMD: the ranks read different ids (and, for run, different prompts): every rank refuses
+        before the first forward, naming rank 1, instead of desynchronising the collectives."""
+        p = launch([(1, [self.k3, "logits", "-m", MINI, "--ids", "1,2,3"]),
+                    (1, [self.k3, "logits", "-m", MINI, "--ids", "1,2,4"])])
+        assert p.returncode == 1, (p.returncode, p.stderr)
+        assert "rank(s) 1 were given other ids than rank 0" in p.stderr, p.stderr
+        assert "pos 0" not in p.stdout, p.stdout
+        run = [self.k3, "run", "-m", MINI, "-n", "4", "--temp", "0", "--no-stats", "-p"]
+        p = launch([(1, run + ["And God said"]), (1, run + ["And God saw"])])
+        assert p.returncode == 1, (p.returncode, p.stderr)
+        assert "rank(s) 1 were given other prompt ids" in p.stderr, p.stderr
+
     def case_refuse_serve_np2(self):
         p = launch([(2, [self.k3, "serve", "-m", MINI, "--port", "0"])])
         assert p.returncode != 0 and "k3 serve runs as one process in this version" in p.stderr, p.stderr

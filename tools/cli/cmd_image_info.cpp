@@ -11,6 +11,7 @@
 #include "flag_checks.h"
 #include "core/error.h"
 #include "model/dump.h"
+#include "ranks.h"
 #include "vision/image_preprocess.h"
 
 namespace {
@@ -23,6 +24,7 @@ struct ImageInfoOpts {
 };
 
 void run_image_info(const ImageInfoOpts& o) {
+  k3cli::refuse_ranks("k3 image-info");
   namespace kv = k3::vision;
   kv::ImagePreprocessConfig cfg =
       o.config.empty() ? kv::ImagePreprocessConfig{} : kv::ImagePreprocessConfig::load(o.config);

@@ -143,6 +143,7 @@ void run(const Options& o) {
   mo.comm = k3cli::world();
   k3::Model model(*ck, mo);
   k3cli::check_ranks(*ck, model);
+  k3cli::check_same_input({ids}, "ids");
   const int64_t n_vocab = model.config().vocab_size, T = static_cast<int64_t>(ids.size());
   for (int64_t t = 0; t < T; ++t)
     if (ids[static_cast<size_t>(t)] >= n_vocab)

@@ -75,6 +75,7 @@ void run(const PplOptions& o) {
   k3::LoadedModel lm = k3::LoadedModel::open(o.model_dir, mo);
   k3cli::check_ranks(*lm.checkpoint, *lm.model);
   const std::vector<int32_t> tokens = lm.tokenizer->encode(text);
+  k3cli::check_same_input({tokens}, "text (its token ids)");
   const int64_t stride = o.stride == 0 ? o.n_ctx / 2 : o.stride;
   const std::vector<int64_t> starts = k3::perplexity_windows(static_cast<int64_t>(tokens.size()), o.n_ctx, stride);
 

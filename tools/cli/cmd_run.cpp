@@ -121,6 +121,7 @@ void run(const RunOptions& o) {
   go.n_batch = o.gen.n_batch;
   go.n_vocab = tok.vocab_size();
   if (!o.ignore_eos) go.stop_ids = lm.stop_ids();
+  k3cli::check_same_input({history, prompt, go.stop_ids}, "prompt ids, saved-state ids or stop ids");
   go.cache = cache.get();
   go.on_prefill_progress = progress.fn();
   k3::LoadedModel draft;

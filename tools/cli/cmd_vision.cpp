@@ -20,6 +20,7 @@
 #include "io/checkpoint.h"
 #include "io/npy_reader.h"
 #include "model/dump.h"
+#include "ranks.h"
 #include "vision/image_patches.h"
 #include "vision/image_preprocess.h"
 #include "vision/vision_tower.h"
@@ -110,6 +111,7 @@ void encode_and_write(const k3::vision::VisionTower& tower, const std::vector<k3
 }
 
 void run(const Options& o) {
+  k3cli::refuse_ranks("k3 vision");
   if (o.patches.empty() && o.image_files.empty())
     throw k3::Error("vision: give the image as --image FILE or as --patches FILE.npy with --grid H,W");
   if (o.patches.size() != o.grids.size())

@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
     k3cli::world() = mpi->world();
   }
 #else
-  if (k3tools::launched_by_mpi()) {  // N copies of a one-process run would each compute everything
+  // N copies of a one-process run would each compute everything; a launcher's one task is one process
+  if (k3tools::launched_by_mpi() && k3tools::launched_group_size() != 1) {
     print_error(
         "started by an MPI launcher, but this k3 was built without MPI (K3_MPI=OFF); build with "
         "-DK3_MPI=ON (docs/distributed.md) or run it without mpirun");

@@ -60,6 +60,32 @@ void check_ranks(const k3::Checkpoint& ck, const k3::Model& model) {
   }
 }
 
+void check_same_input(std::initializer_list<std::span<const int32_t>> parts, const std::string& what) {
+  k3::Comm& c = *world();
+  if (c.size() == 1) return;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64 over the little-endian bytes of sizes and ids
+  auto mix = [&h](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) {
+      h ^= (v >> (8 * i)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  };
+  for (const std::span<const int32_t> p : parts) {
+    mix(p.size(), 8);
+    for (const int32_t id : p) mix(static_cast<uint32_t>(id), 4);
+  }
+  std::vector<uint64_t> all(static_cast<size_t>(c.size()));
+  const std::vector<int64_t> counts(static_cast<size_t>(c.size()), static_cast<int64_t>(sizeof(uint64_t)));
+  c.allgatherv(&h, counts, all.data());
+  std::string differ;
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (!differ.empty())
+    throw GroupError("rank(s) " + differ + " were given other " + what +
+                     " than rank 0 (each rank reads its own input files and tokenizer: give every rank the same "
+                     "files and flags)");
+}
+
 void refuse_ranks(const std::string& what) {
   if (world()->size() > 1)
     throw GroupError(what + " runs as one process in this version (found " + std::to_string(world()->size()) +

@@ -4,7 +4,10 @@
 // the other ranks' stdout and stderr go to /dev/null, and main prints their errors on the
 // original stderr with the rank.
 #pragma once
+#include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/comm.h"
@@ -38,6 +41,13 @@ std::string build_id();
 /// rank with its experts, vocabulary rows and weight bytes. Errors: GroupError with
 /// ranks_disagreement's message; the communicator's errors.
 void check_ranks(const k3::Checkpoint& ck, const k3::Model& model);
+
+/// Collective: checks that every rank was given the same token ids (`parts`: e.g. the prompt,
+/// a loaded state's ids, the stop ids), since each rank reads its own inputs and tokenizer and a
+/// difference would desynchronise the ranks' collectives. Each rank all-gathers a 64-bit FNV-1a
+/// hash of the sizes and ids. Nothing in one process. Errors: GroupError naming the ranks that
+/// differ from rank 0 and `what`; the communicator's errors.
+void check_same_input(std::initializer_list<std::span<const int32_t>> parts, const std::string& what);
 
 /// Refuses `what` (e.g. "k3 serve") under more than one rank: GroupError naming the subcommand and
 /// docs/distributed.md.
