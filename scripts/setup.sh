@@ -11,6 +11,7 @@ APT_PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
   libjs-marked node-dompurify libjs-highlight.js libjs-katex fonts-katex  # embedded into the chat page of k3 serve (tools/server/web/web.cmake)
   pybind11-dev python3-dev  # the Python module k3._k3 (python/, built with the Release tree)
   openmpi-bin libopenmpi-dev  # MPI: `mpirun -np N k3 ...` (docs/distributed.md) and the mpi.* ctest cases
+  ibverbs-providers libhwloc-plugins  # Recommends of Open MPI's libibverbs and hwloc (apt-get below skips Recommends)
   libpng-dev libjpeg62-turbo-dev libwebp-dev  # image decoding (src/vision, k3_vision_image)
   python3-pil)  # tests/python/test_image_preprocess.py (the Pillow reference of the image preprocessing)
 missing=()
