@@ -58,6 +58,12 @@ IndexRange split_range(int64_t n, int ranks, int r) {
   return {begin, begin + base + (r < extra ? 1 : 0)};
 }
 
+IndexRange split_range_units(int64_t n, int ranks, int r, int64_t unit) {
+  if (unit < 1) throw Error("split_range_units: unit " + std::to_string(unit) + " (expected >= 1)");
+  const IndexRange u = split_range((n + unit - 1) / unit, ranks, r);
+  return {std::min(n, u.begin * unit), std::min(n, u.end * unit)};
+}
+
 int split_owner(int64_t n, int ranks, int64_t i) {
   const int64_t base = n / ranks, extra = n % ranks;
   const int64_t big = extra * (base + 1);  // items held by the ranks with one more

@@ -81,6 +81,11 @@ struct IndexRange {
   bool contains(int64_t i) const { return i >= begin && i < end; }
 };
 IndexRange split_range(int64_t n, int ranks, int r);
+/// split_range over whole units of `unit` items (the last unit may be short): rank r's block
+/// starts at a multiple of `unit` (64 items, unit 16, 3 ranks: [0,32) [32,48) [48,64)). The
+/// output-row split of the GEMMs uses unit 16, the kernels' row panel, so a rank's rows fall in
+/// the panels one process computes them in. Errors: as split_range, and unit < 1.
+IndexRange split_range_units(int64_t n, int ranks, int r, int64_t unit);
 /// The rank whose split_range block holds item i (i in [0, n)).
 int split_owner(int64_t n, int ranks, int64_t i);
 

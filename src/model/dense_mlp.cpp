@@ -1,5 +1,7 @@
 #include "model/dense_mlp.h"
 
+#include <algorithm>
+
 #include <vector>
 
 #include "core/error.h"
@@ -45,13 +47,15 @@ void glu_mlp_forward(const GluMlpWeights& w, const GluActivation& act, const flo
     float* ys[2] = {g.data(), u.data()};
     k3::matmul_same_input(xs, x, T, ys);
     glu_activation(g.data(), u.data(), g.data(), T * I, to_glu_act(act));
-    k3::matmul(*w.down, g.data(), T, out);
+    if (w.down) k3::matmul(*w.down, g.data(), T, out);
+    else std::copy_n(g.data(), T * I, out);
     return;
   }
   ref::matmul(*w.gate, x, T, g.data());
   ref::matmul(*w.up, x, T, u.data());
   for (int64_t i = 0; i < T * I; ++i) g[i] = act(g[i], u[i]);
-  ref::matmul(*w.down, g.data(), T, out);
+  if (w.down) ref::matmul(*w.down, g.data(), T, out);
+  else std::copy_n(g.data(), T * I, out);
 }
 
 }  // namespace k3

@@ -25,7 +25,8 @@ struct GluActivation {
 
 /// out[t] = W_down · act(W_gate x[t], W_up x[t]); x: [T, D] fp32, out: [T, D] (must not alias x).
 /// ex.fast: k3::matmul (each weight read once for all T tokens) + glu_activation; otherwise the
-/// k3::ref oracle.
+/// k3::ref oracle. With w.down null, out receives the activations act(W_gate x, W_up x) instead,
+/// [T, I] (I = gate rows: a rank's intermediate columns under the split, model/k3_model.cpp).
 void glu_mlp_forward(const GluMlpWeights& w, const GluActivation& act, const float* x, int64_t T, float* out,
                      const ExecOptions& ex = {});
 

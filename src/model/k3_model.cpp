@@ -4,6 +4,7 @@
 #include "model/k3_model.h"
 
 #include <algorithm>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@
 
 namespace k3 {
 
+/// Rows per unit of the output-row and intermediate-column splits (split_range_units): the GEMM
+/// kernels' row panel (kernels/avx2/gemm_bf16.cpp, 16 rows).
+constexpr int64_t kRowUnit = 16;
+
 struct Model::Impl {
   const Checkpoint& ck;
   const ModelConfig& cfg;
@@ -44,6 +49,11 @@ struct Model::Impl {
   std::shared_ptr<Comm> comm;  ///< opt.comm, or a size-1 communicator
   ModelShard shard;
   TensorView lm_head_rows;  ///< this rank's rows of lm_head (split models)
+  /// Split models: this rank's row blocks of the head-split projections and of the output
+  /// projections (the views the layers' weights point at; deque: addresses stay valid).
+  std::deque<TensorView> slices;
+  KdaDims kda_local;  ///< kda narrowed to this rank's heads (split models; else == kda)
+  MlaDims mla_local;  ///< mla narrowed to this rank's heads (split models; else == mla)
 
   Impl(const Checkpoint& c, ModelOptions o)
       : ck(c),
@@ -63,16 +73,16 @@ struct Model::Impl {
       has_mla |= s.attn == AttnKind::MLA;
       has_moe |= s.ffn == FfnKind::LatentMoE;
     }
-    if (has_kda) kda = KdaDims::from(cfg);
-    if (has_mla) mla = MlaDims::from(cfg);
-    if (has_mla && ex.fast) {
-      kv_b.resize(w.layers.size());
-      for (size_t il = 0; il < w.layers.size(); ++il)
-        if (w.layers[il].spec.attn == AttnKind::MLA) kv_b[il] = mla_split_kv_b(w.layers[il].mla, mla);
-    }
+    if (has_kda) kda = kda_local = KdaDims::from(cfg);
+    if (has_mla) mla = mla_local = MlaDims::from(cfg);
     if (has_moe) moe = MoeDims::from(cfg);
     act = GluActivation::from(cfg);
     split_weights();
+    if (has_mla && ex.fast && mla_local.H > 0) {
+      kv_b.resize(w.layers.size());
+      for (size_t il = 0; il < w.layers.size(); ++il)
+        if (w.layers[il].spec.attn == AttnKind::MLA) kv_b[il] = mla_split_kv_b(w.layers[il].mla, mla_local);
+    }
     if (opt.trunk_quant && ex.fast) quantize_trunk(w, *opt.trunk_quant, opt.progress);
     if (opt.expert_store)
       for (size_t il = 0; il < w.layers.size(); ++il)
@@ -83,9 +93,31 @@ struct Model::Impl {
     if (cfg.attn_res_block_size <= 0) throw Error("config: attn_res_block_size must be > 0 (K3 uses Block AttnRes)");
   }
 
+  /// A view of rows [r0, r0 + rows) of the BF16 matrix `t` (held in `slices`); counts the bytes
+  /// of `t` this rank no longer reads into `*not_held`. Errors: k3::Error naming the tensor when
+  /// it is not a 2-D BF16 matrix with that many rows.
+  const TensorView* row_block(const TensorView* t, int64_t r0, int64_t rows, uint64_t* not_held) {
+    if (t->dtype != DType::BF16 || t->shape.size() != 2 || r0 < 0 || r0 + rows > t->shape[0])
+      throw Error("tensor '" + t->name + "': the head split needs a 2-D BF16 matrix with at least " +
+                  std::to_string(r0 + rows) + " rows");
+    TensorView v = *t;
+    const int64_t cols = t->shape[1];
+    v.shape = {rows, cols};
+    v.data = t->data ? t->data + r0 * cols * 2 : nullptr;
+    v.nbytes = static_cast<uint64_t>(rows * cols * 2);
+    *not_held += t->nbytes - v.nbytes;
+    slices.push_back(v);
+    return &slices.back();
+  }
+  static std::vector<float> sub_vec(const std::vector<float>& v, int64_t b, int64_t n) {
+    return std::vector<float>(v.begin() + b, v.begin() + b + n);
+  }
+
   /// This rank's share (ModelOptions::comm): the expert block and vocabulary rows of
-  /// split_range, lm_head narrowed to its rows (before trunk quantization, so only they are
-  /// read), the MoE layers given the communicator, and the bytes this rank reads.
+  /// split_range, lm_head narrowed to its rows, the KDA and MLA layers narrowed to its head block
+  /// (the heads' projection rows, conv taps, gate vectors) and their o_proj to its block of
+  /// output rows (all before trunk quantization, so only these rows are read), the MoE layers
+  /// given the communicator, and the bytes this rank reads.
   void split_weights() {
     const int r = comm->rank(), n = comm->size();
     shard.rank = r;
@@ -93,7 +125,55 @@ struct Model::Impl {
     const int64_t E = has_moe ? cfg.num_experts : 0, V = cfg.vocab_size, D = cfg.hidden_size;
     shard.experts = split_range(E, n, r);
     shard.vocab = split_range(V, n, r);
+    shard.hidden = split_range_units(D, n, r, kRowUnit);
+    if (has_kda) shard.kda_heads = split_range(kda.H, n, r);
+    if (has_mla) shard.mla_heads = split_range(mla.H, n, r);
+    uint64_t not_held = 0;
     if (n > 1) {
+      const IndexRange hd = shard.hidden;
+      for (LayerWeights& L : w.layers) {
+        if (L.spec.attn == AttnKind::KDA) {
+          KdaWeights& k = L.kda;
+          const IndexRange h = shard.kda_heads;
+          const int64_t d = kda.d, c0 = h.begin * d, c = h.size() * d, K = kda.K;
+          k.q_proj = row_block(k.q_proj, c0, c, &not_held);
+          k.k_proj = row_block(k.k_proj, c0, c, &not_held);
+          k.v_proj = row_block(k.v_proj, c0, c, &not_held);
+          k.f_b = row_block(k.f_b, c0, c, &not_held);
+          k.b_proj = row_block(k.b_proj, h.begin, h.size(), &not_held);
+          k.g_proj = row_block(k.g_proj, c0, c, &not_held);
+          k.q_conv = sub_vec(k.q_conv, c0 * K, c * K);
+          k.k_conv = sub_vec(k.k_conv, c0 * K, c * K);
+          k.v_conv = sub_vec(k.v_conv, c0 * K, c * K);
+          k.dt_bias = sub_vec(k.dt_bias, c0, c);
+          k.a_log = sub_vec(k.a_log, h.begin, h.size());
+          k.o_proj_rows = row_block(k.o_proj, hd.begin, hd.size(), &not_held);
+          k.o_proj = nullptr;
+        } else {
+          MlaWeights& a = L.mla;
+          const IndexRange h = shard.mla_heads;
+          a.q_b = row_block(a.q_b, h.begin * (mla.dn + mla.dr), h.size() * (mla.dn + mla.dr), &not_held);
+          a.kv_b = row_block(a.kv_b, h.begin * (mla.dn + mla.dv), h.size() * (mla.dn + mla.dv), &not_held);
+          if (a.g_proj) a.g_proj = row_block(a.g_proj, h.begin * mla.dv, h.size() * mla.dv, &not_held);
+          a.o_proj_rows = row_block(a.o_proj, hd.begin, hd.size(), &not_held);
+          a.o_proj = nullptr;
+        }
+        if (L.spec.ffn == FfnKind::Dense) {  // gate/up by intermediate columns, down by output rows
+          GluMlpWeights& g = L.dense;
+          const IndexRange i = split_range_units(g.gate->shape[0], n, r, kRowUnit);
+          shard.dense_cols = i;
+          g.gate = row_block(g.gate, i.begin, i.size(), &not_held);
+          g.up = row_block(g.up, i.begin, i.size(), &not_held);
+          g.down_rows = row_block(g.down, hd.begin, hd.size(), &not_held);
+          g.down = nullptr;
+        }
+      }
+      if (has_kda) kda_local.H = shard.kda_heads.size();
+      if (has_mla) {
+        mla_local.H = shard.mla_heads.size();
+        mla_local.mode_heads = mla.H;
+      }
+
       lm_head_rows = *w.lm_head;
       lm_head_rows.shape = {shard.vocab.size(), D};
       lm_head_rows.data = w.lm_head->data ? w.lm_head->data + shard.vocab.begin * D * 2 : nullptr;
@@ -113,6 +193,51 @@ struct Model::Impl {
         shard.trunk_bytes += t.nbytes;
       }
     }
+    shard.trunk_bytes -= not_held;
+  }
+
+  /// The split models' exchange of column blocks: `mine` [T, widths[rank]] fp32 (this rank's
+  /// columns) is all-gathered and reassembled into out [T, Σ widths], rank r's block at column
+  /// Σ_{q<r} widths[q]. Every rank calls it (a zero width still takes part).
+  void gather_cols(const float* mine, int64_t T, std::span<const int64_t> widths, float* out) const {
+    const int n = comm->size();
+    int64_t total = 0;
+    std::vector<int64_t> counts(static_cast<size_t>(n));
+    for (int q = 0; q < n; ++q) {
+      counts[q] = T * widths[q] * static_cast<int64_t>(sizeof(float));
+      total += widths[q];
+    }
+    FBuf got(static_cast<size_t>(T * total));
+    comm->allgatherv(mine, counts, got.data());
+    const float* src = got.data();
+    int64_t c0 = 0;
+    for (int q = 0; q < n; ++q) {
+      for (int64_t t = 0; t < T; ++t, src += widths[q]) std::copy_n(src, widths[q], out + t * total + c0);
+      c0 += widths[q];
+    }
+  }
+
+  /// The split layers' output side: this rank's piece `mine` [T, items_r·per_item] (its heads'
+  /// outputs, or its intermediate columns' activations) gathered with the others' in item
+  /// order, then this rank's rows `rows` [D_r, n_items·per_item] of the output projection over
+  /// all of them ([T, D_r], the full K reduction on this rank), then the hidden blocks gathered
+  /// into out [T, D]. Each element is computed by one rank with the kernel one process uses.
+  void split_out(const float* mine, int64_t T, int64_t n_heads, int64_t per_head, int64_t unit, const TensorView& rows,
+                 float* out) const {
+    const int n = comm->size();
+    const int64_t D = cfg.hidden_size;
+    std::vector<int64_t> widths(static_cast<size_t>(n));
+    for (int q = 0; q < n; ++q) widths[q] = split_range_units(n_heads, n, q, unit).size() * per_head;
+    FBuf all(static_cast<size_t>(T * n_heads * per_head));
+    gather_cols(mine, T, widths, all.data());
+    const int64_t Dr = shard.hidden.size();
+    FBuf part(static_cast<size_t>(T * Dr));
+    if (Dr > 0) {
+      if (ex.fast) k3::matmul(rows, all.data(), T, part.data());
+      else ref::matmul(rows, all.data(), T, part.data());
+    }
+    for (int q = 0; q < n; ++q) widths[q] = split_range_units(D, n, q, kRowUnit).size();
+    gather_cols(part.data(), T, widths, out);
   }
 
   /// One piece of a sequence in a batched layer loop: its state, its tokens, and the logits
@@ -141,8 +266,21 @@ Comm& Model::comm() const { return *impl_->comm; }
 
 SequenceState Model::new_sequence() const {
   SequenceState s;
-  state_impl(s) = SequenceState::Impl::fresh(impl_->cfg);
+  state_impl(s) = SequenceState::Impl::fresh(impl_->cfg, impl_->shard.rank, impl_->shard.ranks);
   return s;
+}
+
+SequenceState Model::load_sequence(const std::filesystem::path& file, SequenceFileMeta* meta,
+                                   const std::string& expect_fingerprint) const {
+  return load_sequence_state(file, impl_->cfg, impl_->shard.rank, impl_->shard.ranks, meta, expect_fingerprint);
+}
+
+std::filesystem::path Model::state_file(const std::filesystem::path& file) const {
+  const ModelShard& s = impl_->shard;
+  if (s.ranks == 1 || s.rank == 0) return file;
+  std::filesystem::path p = file;
+  p += ".rank" + std::to_string(s.rank) + "of" + std::to_string(s.ranks);
+  return p;
 }
 
 namespace {
@@ -182,7 +320,7 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry>
     const BatchEntry& e = batch[i];
     if (!e.seq) throw Error("forward: " + where(i) + "missing sequence state");
     if (e.tokens.empty()) throw Error("forward: " + where(i) + "empty token list");
-    state_impl(*e.seq).check_matches(cfg, "forward");
+    state_impl(*e.seq).check_matches(cfg, "forward", m.shard.rank, m.shard.ranks);
     for (int64_t j = 0; j < i; ++j)
       if (&state_impl(*batch[j].seq) == &state_impl(*e.seq))
         throw Error("forward: batch entries " + std::to_string(j) + " and " + std::to_string(i) +
@@ -278,13 +416,29 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
     if (L.spec.snapshot) stream.snapshot();  // bank.push(raw layer input); prefix = NONE
     if (dump) dump->add(name(il, "attn_in"), {T, D}, h.data());
     FBuf xn = rmsnorm_rows(h.data(), T, D, L.input_norm, eps, m.ex.fast);
+    // Split models: this rank's heads write their pre-o_proj outputs into `heads`, then
+    // split_attn_out (gather heads, this rank's o_proj rows, gather hidden blocks).
+    const bool split = m.shard.ranks > 1;
     if (L.spec.attn == AttnKind::KDA) {
       for (int64_t s = 0; s < S; ++s) kda_states[s] = &parts[s].st->layers[il].kda;
-      kda_forward_batch(L.kda, m.kda, xn.data(), segs, kda_states, sub.data(), m.ex);
+      if (!split) {
+        kda_forward_batch(L.kda, m.kda, xn.data(), segs, kda_states, sub.data(), m.ex);
+      } else {
+        FBuf heads(static_cast<size_t>(T * m.kda_local.C()));
+        // A rank without heads holds an empty state (its decode-form logs get empty records).
+        if (m.kda_local.H > 0) kda_forward_batch(L.kda, m.kda_local, xn.data(), segs, kda_states, heads.data(), m.ex);
+        m.split_out(heads.data(), T, m.kda.H, m.kda.d, 1, *L.kda.o_proj_rows, sub.data());
+      }
     } else {
       for (int64_t s = 0; s < S; ++s) mla_caches[s] = &parts[s].st->layers[il].mla;
-      mla_forward_batch(L.mla, m.mla, xn.data(), segs, mla_caches, sub.data(), MlaMode::Auto, m.ex,
-                        m.kv_b.empty() ? nullptr : &m.kv_b[il]);
+      const MlaKvbHalves* kvb = m.kv_b.empty() ? nullptr : &m.kv_b[il];
+      if (!split) {
+        mla_forward_batch(L.mla, m.mla, xn.data(), segs, mla_caches, sub.data(), MlaMode::Auto, m.ex, kvb);
+      } else {
+        FBuf heads(static_cast<size_t>(T * m.mla_local.H * m.mla_local.dv));
+        mla_forward_batch(L.mla, m.mla_local, xn.data(), segs, mla_caches, heads.data(), MlaMode::Auto, m.ex, kvb);
+        m.split_out(heads.data(), T, m.mla.H, m.mla.dv, 1, *L.mla.o_proj_rows, sub.data());
+      }
     }
     if (dump) dump->add(name(il, "attn_out"), {T, D}, sub.data());
     stream.add(sub.data());
@@ -298,8 +452,13 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
     }
     if (dump) dump->add(name(il, "ffn_in"), {T, D}, h.data());
     xn = rmsnorm_rows(h.data(), T, D, L.post_norm, eps, m.ex.fast);
-    if (L.spec.ffn == FfnKind::Dense) {
+    if (L.spec.ffn == FfnKind::Dense && !split) {
       glu_mlp_forward(L.dense, m.act, xn.data(), T, sub.data(), m.ex);
+    } else if (L.spec.ffn == FfnKind::Dense) {
+      const int64_t Ir = L.dense.gate->shape[0], I = L.dense.down_rows->shape[1];
+      FBuf a(static_cast<size_t>(T * Ir));
+      if (Ir > 0) glu_mlp_forward(L.dense, m.act, xn.data(), T, a.data(), m.ex);
+      m.split_out(a.data(), T, I, 1, kRowUnit, *L.dense.down_rows, sub.data());
     } else {
       const int64_t k = m.moe.k;
       std::vector<int32_t> ids(static_cast<size_t>(T * k));

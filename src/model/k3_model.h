@@ -45,10 +45,11 @@ struct ModelOptions {
   std::optional<QuantKind> trunk_quant;
   /// The group of ranks that runs this model together (core/comm.h; docs/distributed.md); null:
   /// one process. Under N ranks each rank holds the routed experts of its contiguous expert-id
-  /// block and the lm_head rows of its vocabulary block (split_range) and computes everything
-  /// else redundantly; the rank-local expert outputs and logits slices are all-gathered and
-  /// combined in the single-process order, so every rank's results are bit-identical to one
-  /// process. Every rank must call forward / forward_batch with the same arguments, in the
+  /// block, the lm_head rows of its vocabulary block, the KDA/MLA heads of its head block (and
+  /// their KDA state: new_sequence() makes a state of this rank's heads) and its block of each
+  /// attention o_proj's output rows (split_range); it computes the rest redundantly. The
+  /// rank-local expert outputs, logits slices, head outputs and o_proj blocks are all-gathered
+  /// (no float sum crosses ranks), so every rank's results are bit-identical to one process. Every rank must call forward / forward_batch with the same arguments, in the
   /// same order (they are collective calls).
   std::shared_ptr<Comm> comm;
   /// Progress of the long steps of loading (LoadedModel::open's shard headers, the trunk
@@ -81,13 +82,19 @@ struct BatchEntry {
 };
 
 /// What this rank of a split model holds (ModelOptions::comm): its routed experts (the same
-/// expert-id block in every MoE layer) and its lm_head rows, split_range blocks of the
-/// experts and the vocabulary. One process: everything.
+/// expert-id block in every MoE layer), its lm_head rows, its KDA and MLA heads (their
+/// projection rows and KDA state) and its block of the attention output rows — split_range
+/// blocks of the experts, the vocabulary, the heads and the hidden size. One process: everything.
 struct ModelShard {
   int rank = 0, ranks = 1;
   IndexRange experts;  ///< expert ids [begin, end) of each MoE layer held here
   IndexRange vocab;    ///< lm_head rows [begin, end) held here
-  /// Weight bytes this rank reads from the checkpoint: every replicated text tensor (trunk),
+  IndexRange kda_heads;  ///< KDA heads [begin, end) computed here (their projections and state)
+  IndexRange mla_heads;  ///< MLA heads [begin, end) computed here (the latent cache is replicated)
+  IndexRange hidden;     ///< rows [begin, end) of every o_proj and dense down_proj computed here
+  IndexRange dense_cols;  ///< dense MLP intermediate columns (gate/up rows) [begin, end) held here
+  /// Weight bytes this rank reads from the checkpoint: its trunk share (the replicated text
+  /// tensors and its rows of the head-split and output-split ones),
   /// its experts' packed + scale bytes, its lm_head rows (a tied head counts as the embedding).
   uint64_t trunk_bytes = 0, expert_bytes = 0, lm_head_bytes = 0;
   uint64_t weight_bytes() const { return trunk_bytes + expert_bytes + lm_head_bytes; }
@@ -114,7 +121,17 @@ class Model {
   const ModelShard& shard() const;
   /// The model's communicator (options().comm, or the size-1 one when none was given).
   Comm& comm() const;
+  /// A fresh sequence state of this model: under N ranks it holds this rank's KDA heads only
+  /// (ModelShard::kda_heads; the MLA latent cache whole).
   SequenceState new_sequence() const;
+  /// SequenceState::load for this rank: reads the state file this rank's save() wrote (under N
+  /// ranks each rank writes and reads its own file, state_file()). Errors: those of
+  /// SequenceState::load, and a file saved by another rank or rank count (naming both).
+  SequenceState load_sequence(const std::filesystem::path& file, SequenceFileMeta* meta = nullptr,
+                              const std::string& expect_fingerprint = {}) const;
+  /// The file this rank saves/loads its piece of a sequence state named `file` in: `file` itself
+  /// in one process and on rank 0, "<file>.rank<R>of<N>" on rank R > 0 of N.
+  std::filesystem::path state_file(const std::filesystem::path& file) const;
   /// Appends `tokens` (ids in [0, vocab)) to `seq` and returns logits, fp32 row-major:
   /// [tokens.size(), vocab] when all_logits, else [1, vocab] for the last token.
   /// Throws k3::Error on an out-of-range id, an empty `tokens` or a state of another model (then

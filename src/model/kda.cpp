@@ -178,7 +178,8 @@ void kda_forward_fast(const KdaWeights& w, const KdaDims& dm, const float* x, st
   }
   // Output: per-head RMSNorm (shared weight) times σ(full-rank gate), then o_proj.
   kda_output_gate(shape, T, w.o_norm.data(), dm.rms_eps, gl.data(), o.data());
-  k3::matmul(*w.o_proj, o.data(), T, out);
+  if (w.o_proj) k3::matmul(*w.o_proj, o.data(), T, out);
+  else std::copy_n(o.data(), T * C, out);
 }
 
 }  // namespace
@@ -253,7 +254,8 @@ void kda_forward_batch(const KdaWeights& w, const KdaDims& dm, const float* x, s
       }
     }
   }
-  ref::matmul(*w.o_proj, y.data(), T, out);
+  if (w.o_proj) ref::matmul(*w.o_proj, y.data(), T, out);
+  else std::copy_n(y.data(), T * C, out);
 }
 
 }  // namespace k3

@@ -52,7 +52,9 @@ float kda_decay_gate(float z, float dt_bias, float a_log, std::optional<float> l
 
 /// Forward of one KDA layer over T consecutive tokens of one sequence.
 /// x: [T, D] fp32, the layer input already normalized by input_layernorm.
-/// out: [T, D] fp32 (must not alias x). `state` is read and advanced by T tokens.
+/// out: [T, D] fp32 (must not alias x). `state` is read and advanced by T tokens. With
+/// w.o_proj null, out receives the gated head outputs before o_proj instead, [T, C] (a rank's
+/// heads under the head split, model/k3_model.cpp; dims then describe those heads only).
 /// Throws k3::Error when `state` does not match `dims`.
 /// ex.fast: projections through k3::matmul for all T tokens, conv/norm/gate per token, then the
 /// chunkwise kernel kda_chunk (T > 1, C = 64) or kda_decode_step (T == 1) on the same state;

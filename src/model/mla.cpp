@@ -149,7 +149,7 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x, st
   }
   const int64_t T = total_rows(segs), S = static_cast<int64_t>(segs.size());
   MlaKvbHalves own_kv_b;
-  if (ex.fast && kv_b == nullptr) {
+  if (ex.fast && kv_b == nullptr && H > 0) {
     own_kv_b = mla_split_kv_b(w, d);
     kv_b = &own_kv_b;
   }
@@ -164,8 +164,8 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x, st
   if (ex.fast) {  // the projections of x: one parallel region for decode (ops.h matmul_same_input)
     const TensorView* xs[3] = {w.q_a, w.kv_a, w.g_proj};
     float* ys[3] = {qa.data(), ckv.data(), gate.data()};
-    k3::matmul_same_input(std::span<const TensorView* const>(xs, d.output_gate ? 3 : 2), x, T,
-                          std::span<float* const>(ys, d.output_gate ? 3 : 2));
+    const size_t n_mat = d.output_gate && H > 0 ? 3 : 2;
+    k3::matmul_same_input(std::span<const TensorView* const>(xs, n_mat), x, T, std::span<float* const>(ys, n_mat));
   } else {
     mm(*w.q_a, x, qa.data());
   }
@@ -177,10 +177,10 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x, st
   else
     for (int64_t t = 0; t < T; ++t)
       ref::rmsnorm(&qa[t * d.q_rank], d.q_rank, w.q_a_norm.data(), d.norm_eps, &qa[t * d.q_rank]);
-  mm(*w.q_b, qa.data(), q.data());
+  if (H > 0) mm(*w.q_b, qa.data(), q.data());
   if (!ex.fast) {
     mm(*w.kv_a, x, ckv.data());
-    if (d.output_gate) mm(*w.g_proj, x, gate.data());
+    if (d.output_gate && H > 0) mm(*w.g_proj, x, gate.data());
   }
 
   // Per sequence: append [RMSNorm(c), k_r] for each new token, then attend over its cache.
@@ -201,8 +201,10 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x, st
       else ref::rmsnorm(c, d.kv_rank, w.kv_a_norm.data(), d.norm_eps, r);
       for (int64_t j = 0; j < d.dr; ++j) r[d.kv_rank + j] = c[d.kv_rank + j];
     }
+    if (H == 0) return;  // a rank without heads: the cache still advances
     const int64_t n_all = n_past + Ts;
-    const bool too_big = n_all * H * (d.dn + d.dv) * int64_t{4} > kMaxExpandedBytes;
+    const int64_t mode_heads = d.mode_heads > 0 ? d.mode_heads : H;
+    const bool too_big = n_all * mode_heads * (d.dn + d.dv) * int64_t{4} > kMaxExpandedBytes;
     const bool absorbed =
         mode == MlaMode::Absorbed || (mode == MlaMode::Auto && (Ts == 1 || too_big)) || segs[s].per_token;
     if (ex.fast && absorbed)
@@ -222,12 +224,14 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x, st
 
   if (ex.fast) {
     if (d.output_gate) vec::mul_sigmoid(gate.data(), o.data(), static_cast<int64_t>(o.size()));
-    k3::matmul(*w.o_proj, o.data(), T, out);
+    if (w.o_proj) k3::matmul(*w.o_proj, o.data(), T, out);
+    else std::copy_n(o.data(), o.size(), out);
     return;
   }
   if (d.output_gate)
     for (size_t i = 0; i < o.size(); ++i) o[i] *= ref::sigmoid(gate[i]);
-  ref::matmul(*w.o_proj, o.data(), T, out);
+  if (w.o_proj) ref::matmul(*w.o_proj, o.data(), T, out);
+  else std::copy_n(o.data(), o.size(), out);
 }
 
 }  // namespace k3

@@ -26,6 +26,9 @@ struct MlaDims {
   int64_t dn = 0, dr = 0, dv = 0;               ///< qk_nope_head_dim, qk_rope_head_dim (unrotated), v_head_dim
   float norm_eps = 1e-6f;                       ///< q_a/kv_a layernorm eps (mla_norm_eps)
   bool output_gate = true;                      ///< mla_use_output_gate
+  /// Heads the Auto mode's memory bound counts (0: H). Under the head split H is a rank's heads
+  /// and this the layer's, so every rank picks the form one process picks.
+  int64_t mode_heads = 0;
   int64_t row() const { return kv_rank + dr; }  ///< cache floats per token
   static MlaDims from(const ModelConfig& c);
 };
@@ -57,6 +60,9 @@ MlaAttnShape mla_attn_shape(const MlaDims& dims);
 /// Forward of one MLA layer over T consecutive tokens of one sequence.
 /// x: [T, D] fp32, already normalized by input_layernorm; out: [T, D] (must not alias x).
 /// Appends T rows to `cache`; token t attends to every cached position up to and including itself.
+/// With w.o_proj null, out receives the (gated) head outputs before o_proj, [T, H·dv] (a rank's
+/// heads under the head split, model/k3_model.cpp: dims.H its heads, w's q_b/kv_b/g_proj its
+/// rows); H may be 0 (the cache still advances, out is empty).
 /// ex.fast: projections through k3::matmul, attention by the ops of kernels/mla_attend.h
 /// (mla_attend_expanded / mla_attend_absorbed on `kv_b`, the halves from mla_split_kv_b; null:
 /// split here). Otherwise the k3::ref oracle (fp64 dots). Throws k3::Error on a malformed cache.

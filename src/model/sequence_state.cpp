@@ -10,14 +10,24 @@
 
 namespace k3 {
 
-SequenceState::Impl SequenceState::Impl::fresh(const ModelConfig& cfg) {
+namespace {
+KdaDims kda_dims_for(const ModelConfig& cfg, int rank, int ranks) {
+  KdaDims d = KdaDims::from(cfg);
+  d.H = split_range(d.H, ranks, rank).size();
+  return d;
+}
+}  // namespace
+
+SequenceState::Impl SequenceState::Impl::fresh(const ModelConfig& cfg, int rank, int ranks) {
   Impl s;
+  s.rank = rank;
+  s.ranks = ranks;
   s.layers.resize(cfg.plan.size());
   for (size_t il = 0; il < cfg.plan.size(); ++il) {
     LayerState& L = s.layers[il];
     L.kind = cfg.plan[il].attn;
     if (L.kind == AttnKind::KDA) {
-      L.kda_dims = KdaDims::from(cfg);
+      L.kda_dims = kda_dims_for(cfg, rank, ranks);
       L.kda = KdaState::zeros(L.kda_dims);
     } else {
       L.mla_dims = MlaDims::from(cfg);
@@ -26,11 +36,15 @@ SequenceState::Impl SequenceState::Impl::fresh(const ModelConfig& cfg) {
   return s;
 }
 
-void SequenceState::Impl::check_matches(const ModelConfig& cfg, const std::string& what) const {
+void SequenceState::Impl::check_matches(const ModelConfig& cfg, const std::string& what, int rank_, int ranks_) const {
   if (failed)
     throw Error(what +
                 ": sequence state was left inconsistent by a failed forward pass; "
                 "start a new sequence or restore a saved/forked state");
+  if (rank != rank_ || ranks != ranks_)
+    throw Error(what + ": sequence state holds the KDA heads of rank " + std::to_string(rank) + " of " +
+                std::to_string(ranks) + ", this model is rank " + std::to_string(rank_) + " of " +
+                std::to_string(ranks_) + " (a state is used under the rank count it was made with)");
   if (layers.size() != cfg.plan.size())
     throw Error(what + ": sequence state has " + std::to_string(layers.size()) + " layers, model expects " +
                 std::to_string(cfg.plan.size()));
@@ -40,7 +54,7 @@ void SequenceState::Impl::check_matches(const ModelConfig& cfg, const std::strin
       throw Error(what + ": layer " + std::to_string(il) + " state is " + (L.kind == AttnKind::KDA ? "KDA" : "MLA") +
                   ", model layer is " + (cfg.plan[il].attn == AttnKind::KDA ? "KDA" : "MLA"));
     if (L.kind == AttnKind::KDA) {
-      const KdaState ref = KdaState::zeros(KdaDims::from(cfg));
+      const KdaState ref = KdaState::zeros(kda_dims_for(cfg, rank, ranks));
       if (L.kda.S.size() != ref.S.size() || L.kda.conv.size() != ref.conv.size())
         throw Error(what + ": layer " + std::to_string(il) + " KDA state holds " + std::to_string(L.kda.S.size()) +
                     " + " + std::to_string(L.kda.conv.size()) + " floats, model expects " +

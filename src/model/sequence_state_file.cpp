@@ -42,6 +42,10 @@ void SequenceState::save(const std::filesystem::path& file, const SequenceFileMe
   h["n_past"] = impl_->n_past;
   h["model_fingerprint"] = meta.fingerprint;
   h["ids"] = meta.ids;
+  if (impl_->ranks > 1) {  // a rank's piece under the head split (model/k3_model.h)
+    h["rank"] = impl_->rank;
+    h["ranks"] = impl_->ranks;
+  }
   if (!meta.extra_json.empty()) {
     // One level below the header's bound: the header holds it under "extra".
     check_json_depth(meta.extra_json, "sequence state '" + file.string() + "': extra metadata", kMaxJsonDepth - 1);
@@ -86,6 +90,12 @@ void SequenceState::save(const std::filesystem::path& file, const SequenceFileMe
 
 SequenceState SequenceState::load(const std::filesystem::path& file, const ModelConfig& cfg, SequenceFileMeta* meta,
                                   const std::string& expect_fingerprint) {
+  return load_sequence_state(file, cfg, 0, 1, meta, expect_fingerprint);
+}
+
+SequenceState load_sequence_state(const std::filesystem::path& file, const ModelConfig& cfg, int rank, int ranks,
+                                  SequenceFileMeta* meta, const std::string& expect_fingerprint) {
+  using Impl = SequenceState::Impl;
   const std::string fn = file.string();
   std::error_code ec0;
   if (std::filesystem::exists(file, ec0) && !std::filesystem::is_regular_file(file, ec0))
@@ -105,7 +115,12 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
   const SequenceStateHeader h = parse_sequence_state_header(hs, fn);
   const uint64_t file_bytes = mf.size();
   SequenceState s;
-  *s.impl_ = Impl::fresh(cfg);
+  Impl& si = state_impl(s);
+  si = Impl::fresh(cfg, rank, ranks);
+  if (h.rank != rank || h.ranks != ranks)
+    throw Error("sequence state '" + fn + "': saved by rank " + std::to_string(h.rank) + " of " +
+                std::to_string(h.ranks) + ", this is rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
+                " (each rank holds its own heads' KDA state: restore under the rank count it was saved with)");
   try {
     const std::string& fp = h.fingerprint;
     if (!expect_fingerprint.empty() && fp != expect_fingerprint)
@@ -121,7 +136,7 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
     if (n_past < 0 || layers.size() != cfg.plan.size())
       throw Error("sequence state '" + fn + "': records " + std::to_string(layers.size()) + " layers, model has " +
                   std::to_string(cfg.plan.size()));
-    s.impl_->n_past = n_past;
+    si.n_past = n_past;
     const MlaDims md = MlaDims::from(cfg);
     auto get = [&](std::vector<float>& v, uint64_t floats, size_t il) {
       if (floats != v.size())
@@ -134,7 +149,7 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
     };
     for (size_t il = 0; il < layers.size(); ++il) {
       const auto& L = layers[il];
-      LayerState& st = s.impl_->layers[il];
+      LayerState& st = si.layers[il];
       const std::string kind = L.at("kind").get<std::string>();
       const std::string want = st.kind == AttnKind::KDA ? "kda" : "mla";
       if (kind != want)
@@ -172,10 +187,10 @@ SequenceState SequenceState::load(const std::filesystem::path& file, const Model
   if (!rest.empty())
     throw Error("sequence state '" + fn + "': " + std::to_string(rest.size()) +
                 " payload bytes past the layers its header describes");
-  if (meta != nullptr && !meta->ids.empty() && static_cast<int64_t>(meta->ids.size()) != s.impl_->n_past)
+  if (meta != nullptr && !meta->ids.empty() && static_cast<int64_t>(meta->ids.size()) != si.n_past)
     throw Error("sequence state '" + fn + "': records " + std::to_string(meta->ids.size()) + " ids for " +
-                std::to_string(s.impl_->n_past) + " tokens");
-  s.impl_->check_matches(cfg, "sequence state '" + fn + "'");
+                std::to_string(si.n_past) + " tokens");
+  si.check_matches(cfg, "sequence state '" + fn + "'");
   return s;
 }
 

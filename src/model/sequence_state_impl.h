@@ -27,14 +27,24 @@ struct LayerState {
 
 struct SequenceState::Impl {
   int64_t n_past = 0;
+  /// The head split this state was laid out for (model/k3_model.h ModelShard): its KDA layers
+  /// hold the heads split_range(H, ranks, rank) of every layer; one process: 0 of 1.
+  int rank = 0, ranks = 1;
   bool failed = false;             ///< a forward threw mid-pass: the state is inconsistent and refused
   std::vector<LayerState> layers;  ///< [num_hidden_layers]
 
-  /// A fresh (empty) state laid out for `cfg`.
-  static Impl fresh(const ModelConfig& cfg);
-  /// Throws k3::Error unless this state's layout matches `cfg` (`what` names the state's origin).
-  void check_matches(const ModelConfig& cfg, const std::string& what) const;
+  /// A fresh (empty) state laid out for `cfg`, its KDA layers holding rank `rank` of `ranks`'s
+  /// heads (split_range; one process: all).
+  static Impl fresh(const ModelConfig& cfg, int rank = 0, int ranks = 1);
+  /// Throws k3::Error unless this state's layout matches `cfg` and it was laid out for rank
+  /// `rank` of `ranks` (`what` names the state's origin).
+  void check_matches(const ModelConfig& cfg, const std::string& what, int rank = 0, int ranks = 1) const;
 };
+
+/// SequenceState::load for rank `rank` of `ranks` (a file its save() wrote under the same split;
+/// one process: 0 of 1). Errors: those of load, and a file of another split (naming both).
+SequenceState load_sequence_state(const std::filesystem::path& file, const ModelConfig& cfg, int rank, int ranks,
+                                  SequenceFileMeta* meta, const std::string& expect_fingerprint);
 
 /// The internals of `s`. Errors: k3::Error for a moved-from state.
 SequenceState::Impl& state_impl(SequenceState& s);

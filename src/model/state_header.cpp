@@ -26,6 +26,13 @@ SequenceStateHeader parse_sequence_state_header(std::string_view text, const std
     r.ids = h.at("ids").get<std::vector<int32_t>>();
     r.extra_json = h.contains("extra") ? h.at("extra").dump() : std::string();
     r.n_past = h.at("n_past").get<int64_t>();
+    if (h.contains("rank") || h.contains("ranks")) {
+      r.rank = h.at("rank").get<int>();
+      r.ranks = h.at("ranks").get<int>();
+      if (r.ranks < 1 || r.rank < 0 || r.rank >= r.ranks)
+        throw Error(where + ": header rank " + std::to_string(r.rank) + " of " + std::to_string(r.ranks) +
+                    " is not a rank of the group");
+    }
     r.layers = h.at("layers");
     if (!r.layers.is_array()) throw Error(where + ": header \"layers\" is not a list");
   } catch (const nlohmann::json::exception& e) {

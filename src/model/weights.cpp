@@ -203,19 +203,21 @@ ModelWeights bind_weights(const Checkpoint& ck) {
 uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progress) {
   std::vector<const TensorView**> slots;
   auto add = [&](const TensorView*& p) {
-    if (p && p->dtype == DType::BF16 && p->shape.size() == 2 && p->shape[1] % 32 == 0 && !p->quant) slots.push_back(&p);
+    if (p && p->dtype == DType::BF16 && p->shape.size() == 2 && p->shape[0] > 0 && p->shape[1] % 32 == 0 && !p->quant)
+      slots.push_back(&p);
   };
   if (!w.lm_head_tied) add(w.lm_head);
   for (LayerWeights& L : w.layers) {
     if (L.spec.attn == AttnKind::KDA) {
       for (const TensorView** p : {&L.kda.q_proj, &L.kda.k_proj, &L.kda.v_proj, &L.kda.f_a, &L.kda.f_b, &L.kda.b_proj,
-                                   &L.kda.g_proj, &L.kda.o_proj})
+                                   &L.kda.g_proj, &L.kda.o_proj, &L.kda.o_proj_rows})
         add(*p);
     } else {
-      for (const TensorView** p : {&L.mla.q_a, &L.mla.q_b, &L.mla.kv_a, &L.mla.g_proj, &L.mla.o_proj}) add(*p);
+      for (const TensorView** p : {&L.mla.q_a, &L.mla.q_b, &L.mla.kv_a, &L.mla.g_proj, &L.mla.o_proj, &L.mla.o_proj_rows})
+        add(*p);
     }
     if (L.spec.ffn == FfnKind::Dense) {
-      for (const TensorView** p : {&L.dense.gate, &L.dense.up, &L.dense.down}) add(*p);
+      for (const TensorView** p : {&L.dense.gate, &L.dense.up, &L.dense.down, &L.dense.down_rows}) add(*p);
     } else {
       add(L.moe.down);
       add(L.moe.up);
@@ -255,7 +257,7 @@ std::vector<std::span<const uint8_t>> mapped_weight_ranges(const ModelWeights& w
     if (p && p->data && !p->quant) out.emplace_back(p->data, static_cast<size_t>(p->nbytes));
   };
   auto add_glu = [&](const GluMlpWeights& g) {
-    for (const TensorView* p : {g.gate, g.up, g.down}) add(p);
+    for (const TensorView* p : {g.gate, g.up, g.down, g.down_rows}) add(p);
   };
   auto add_mxfp4 = [&](const Mxfp4Matrix& m) {
     if (m.packed) out.emplace_back(m.packed, static_cast<size_t>(m.rows * (m.cols / 2)));
@@ -266,10 +268,13 @@ std::vector<std::span<const uint8_t>> mapped_weight_ranges(const ModelWeights& w
   for (const LayerWeights& L : w.layers) {
     if (L.spec.attn == AttnKind::KDA) {
       for (const TensorView* p :
-           {L.kda.q_proj, L.kda.k_proj, L.kda.v_proj, L.kda.f_a, L.kda.f_b, L.kda.b_proj, L.kda.g_proj, L.kda.o_proj})
+           {L.kda.q_proj, L.kda.k_proj, L.kda.v_proj, L.kda.f_a, L.kda.f_b, L.kda.b_proj, L.kda.g_proj, L.kda.o_proj,
+            L.kda.o_proj_rows})
         add(p);
     } else {
-      for (const TensorView* p : {L.mla.q_a, L.mla.q_b, L.mla.kv_a, L.mla.kv_b, L.mla.g_proj, L.mla.o_proj}) add(p);
+      for (const TensorView* p :
+           {L.mla.q_a, L.mla.q_b, L.mla.kv_a, L.mla.kv_b, L.mla.g_proj, L.mla.o_proj, L.mla.o_proj_rows})
+        add(p);
     }
     if (L.spec.ffn == FfnKind::Dense) {
       add_glu(L.dense);

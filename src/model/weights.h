@@ -40,7 +40,10 @@ struct KdaWeights {
   std::vector<float> dt_bias;                 ///< [C]
   std::vector<float> a_log;                   ///< [H] (first H entries of the stored, possibly padded, A_log)
   std::vector<float> o_norm;                  ///< [d] per-head RMSNorm weight shared by all heads
-  const TensorView* o_proj = nullptr;         ///< BF16 [D, C]
+  const TensorView* o_proj = nullptr;         ///< BF16 [D, C]; null under the head split (then o_proj_rows)
+  /// Under the head split (model/k3_model.cpp): this rank's rows of o_proj, [D_r, C_all] (the
+  /// other fields then hold this rank's heads only: C = its heads · d); else null.
+  const TensorView* o_proj_rows = nullptr;
 };
 
 /// Gated NoPE MLA layer (spec §3.3); Hm heads, dn/dr/dv head dims, ranks qr/kvr.
@@ -52,14 +55,20 @@ struct MlaWeights {
   std::vector<float> kv_a_norm;        ///< [kvr]
   const TensorView* kv_b = nullptr;    ///< BF16 [Hm·(dn+dv), kvr]
   const TensorView* g_proj = nullptr;  ///< BF16 [Hm·dv, D]; nullptr when mla_use_output_gate is false
-  const TensorView* o_proj = nullptr;  ///< BF16 [D, Hm·dv]
+  const TensorView* o_proj = nullptr;  ///< BF16 [D, Hm·dv]; null under the head split (then o_proj_rows)
+  /// Under the head split: this rank's rows of o_proj, [D_r, Hm_all·dv] (q_b, kv_b, g_proj then
+  /// hold this rank's heads' rows); else null.
+  const TensorView* o_proj_rows = nullptr;
 };
 
 /// A SiTU-GLU MLP: dense layer-0 MLP or the fused shared experts (spec §3.5, §3.6 step 7).
 struct GluMlpWeights {
   const TensorView* gate = nullptr;  ///< BF16 [I, D]
   const TensorView* up = nullptr;    ///< BF16 [I, D]
-  const TensorView* down = nullptr;  ///< BF16 [D, I]
+  const TensorView* down = nullptr;  ///< BF16 [D, I]; null under the column split (then down_rows)
+  /// Under the column split (model/k3_model.cpp): this rank's rows of down, [D_r, I_all] (gate and
+  /// up then hold this rank's intermediate columns' rows); else null.
+  const TensorView* down_rows = nullptr;
 };
 
 /// One routed expert: MXFP4 w1 (gate) [Im, L], w3 (up) [Im, L], w2 (down) [L, Im].

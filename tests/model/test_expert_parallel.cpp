@@ -1,7 +1,9 @@
-// Expert parallel + vocabulary-split lm_head (ModelOptions::comm, docs/distributed.md): ranks as
-// threads of this process (thread_comm_test_util.h), each with its own k3::Model, against one
-// process bit for bit — in every numerics mode and on the oracle kernels, with uneven splits and
-// a rank holding no expert; the shard bookkeeping, the fingerprint and the start-up check.
+// Tensor + expert parallel (ModelOptions::comm, docs/distributed.md): KDA/MLA heads, the dense
+// MLP's intermediate columns and the output projections' rows, routed experts and lm_head rows
+// split over ranks run as threads of this process (thread_comm_test_util.h), each with its own
+// k3::Model, against one process bit for bit — in every numerics mode and on the oracle kernels,
+// with uneven splits, a rank holding no expert and ranks holding no head; batches of two
+// sequences; the per-rank state; the shard bookkeeping, the fingerprint and the start-up check.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -68,10 +70,36 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+/// A batch of two sequences of different lengths (prefill), then three decode steps of both in
+/// one batch, then a per-token (decode-form) entry of 3 tokens; every logits row concatenated,
+/// followed by both states' bytes (as floats' worth of a counter, for the comparison).
+std::vector<float> run_batch(const k3::Model& m, std::vector<uint64_t>* state_bytes = nullptr) {
+  k3::SequenceState a = m.new_sequence(), b = m.new_sequence();
+  const std::vector<int32_t> pa(kIds.begin(), kIds.begin() + 7), pb(kIds.begin() + 3, kIds.end());
+  std::vector<float> out;
+  auto add = [&](const std::vector<std::vector<float>>& l) {
+    for (const auto& v : l) out.insert(out.end(), v.begin(), v.end());
+  };
+  add(m.forward_batch(std::vector<k3::BatchEntry>{{&a, pa, k3::BatchLogits::All}, {&b, pb, k3::BatchLogits::Last}}));
+  int32_t na = 11, nb = 12;
+  for (int step = 0; step < 3; ++step) {
+    const int32_t ia[1] = {na}, ib[1] = {nb};
+    add(m.forward_batch(std::vector<k3::BatchEntry>{{&a, ia}, {&b, ib}}));
+    na = (na * 31 + 7) % 500;
+    nb = (nb * 17 + 3) % 500;
+  }
+  const int32_t three[3] = {42, 43, 44};
+  k3::BatchEntry pt{&a, three, k3::BatchLogits::All};
+  pt.per_token = true;
+  add(m.forward_batch(std::span<const k3::BatchEntry>(&pt, 1)));
+  if (state_bytes) *state_bytes = {a.bytes(), b.bytes()};
+  return out;
+}
+
 }  // namespace
 
 TEST(ExpertParallel, BitIdenticalToOneProcessAtEveryRankCount) {
-  for (const char* variant : {"odd_experts", "few_experts", "k3"}) {
+  for (const char* variant : {"odd_experts", "few_experts", "k3", "odd_heads", "one_head"}) {
     auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint(variant, 1));
     for (const Mode& mode : modes()) {
       const k3::ModelOptions mo = mode.options;
@@ -87,6 +115,87 @@ TEST(ExpertParallel, BitIdenticalToOneProcessAtEveryRankCount) {
         for (int r = 0; r < n; ++r) EXPECT_TRUE(same_bits(got[static_cast<size_t>(r)], one)) << "rank " << r;
       }
     }
+  }
+}
+
+TEST(ExpertParallel, HeadSplitBatchesAreBitIdenticalAndStatesHoldTheRanksHeads) {
+  for (const char* variant : {"odd_heads", "one_head"}) {
+    auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint(variant, 1));
+    const k3::ModelConfig& cfg = ck->config();
+    for (const Mode& mode : modes()) {
+      const k3::ModelOptions mo = mode.options;
+      std::vector<uint64_t> one_bytes;
+      const std::vector<float> one = run_batch(k3::Model(*ck, mo), &one_bytes);
+      for (int n : {2, 3, 4}) {
+        SCOPED_TRACE(std::string(variant) + " " + mode.name + " ranks " + std::to_string(n));
+        std::vector<std::vector<float>> got(static_cast<size_t>(n));
+        std::vector<std::vector<uint64_t>> bytes(static_cast<size_t>(n));
+        std::vector<k3::ModelShard> sh(static_cast<size_t>(n));
+        k3test::run_ranks(n, [&](int r, std::shared_ptr<k3::Comm> comm) {
+          k3::ModelOptions o = mo;
+          o.comm = comm;
+          const k3::Model m(*ck, o);
+          sh[static_cast<size_t>(r)] = m.shard();
+          got[static_cast<size_t>(r)] = run_batch(m, &bytes[static_cast<size_t>(r)]);
+        });
+        // The KDA state of a rank is its heads' share: one process's KDA bytes split by heads,
+        // the (replicated) MLA cache whole.
+        const int64_t H = cfg.kda_num_heads;
+        uint64_t kda_layers = 0;
+        for (const k3::LayerSpec& s : cfg.plan) kda_layers += s.attn == k3::AttnKind::KDA;
+        const int64_t d = cfg.kda_head_dim, K = cfg.short_conv_kernel_size;
+        const uint64_t per_head = kda_layers * static_cast<uint64_t>(d * d + 3 * (K - 1) * d) * 4;
+        for (int r = 0; r < n; ++r) {
+          const k3::ModelShard& s = sh[static_cast<size_t>(r)];
+          EXPECT_TRUE(same_bits(got[static_cast<size_t>(r)], one)) << "rank " << r;
+          EXPECT_EQ(s.kda_heads.begin, k3::split_range(H, n, r).begin);
+          EXPECT_EQ(s.kda_heads.size(), k3::split_range(H, n, r).size());
+          EXPECT_EQ(s.mla_heads.size(), k3::split_range(cfg.num_attention_heads, n, r).size());
+          for (int q = 0; q < 2; ++q)
+            EXPECT_EQ(bytes[static_cast<size_t>(r)][q],
+                      one_bytes[q] - static_cast<uint64_t>(H - s.kda_heads.size()) * per_head)
+                << "rank " << r << " sequence " << q;
+        }
+      }
+    }
+  }
+}
+
+/// The trunk is split too: each rank reads the replicated part plus its rows of the split
+/// matrices, so the trunk bytes of the ranks sum to (n - 1) replicated parts plus one process's
+/// trunk; a rank's page-in ranges are its trunk share, experts and lm_head rows.
+TEST(ExpertParallel, TrunkShareOfARankIsItsRowsOfTheSplitMatrices) {
+  auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("odd_heads", 1));
+  k3::ModelOptions mo;
+  mo.exec.threads = 1;
+  const k3::Model one(*ck, mo);
+  const uint64_t all = one.shard().trunk_bytes;
+  uint64_t one_ranges = 0;
+  for (const auto& r : one.mapped_weight_ranges()) one_ranges += r.size();
+  for (int n : {2, 4}) {
+    std::vector<k3::ModelShard> sh(static_cast<size_t>(n));
+    std::vector<uint64_t> ranges(static_cast<size_t>(n));
+    k3test::run_ranks(n, [&](int r, std::shared_ptr<k3::Comm> comm) {
+      k3::ModelOptions o = mo;
+      o.comm = comm;
+      const k3::Model m(*ck, o);
+      sh[static_cast<size_t>(r)] = m.shard();
+      for (const auto& x : m.mapped_weight_ranges()) ranges[static_cast<size_t>(r)] += x.size();
+    });
+    uint64_t sum = 0;
+    for (int r = 0; r < n; ++r) {
+      const k3::ModelShard& s = sh[static_cast<size_t>(r)];
+      EXPECT_LT(s.trunk_bytes, all) << "rank " << r << " holds the whole trunk";
+      sum += s.trunk_bytes;
+      // Page-in: one process's ranges less the trunk bytes, experts and lm_head rows not held.
+      EXPECT_EQ(ranges[static_cast<size_t>(r)],
+                one_ranges - (all - s.trunk_bytes) - (one.shard().expert_bytes - s.expert_bytes) -
+                    (one.shard().lm_head_bytes - s.lm_head_bytes))
+          << "rank " << r;
+    }
+    // Σ_r trunk_r = n·replicated + split, all = replicated + split.
+    EXPECT_EQ((sum - all) % static_cast<uint64_t>(n - 1), 0u);
+    EXPECT_GT(sum, all);
   }
 }
 
@@ -132,7 +241,7 @@ TEST(ExpertParallel, ShardsSplitExpertsAndVocabularyAndTheirBytes) {
     EXPECT_EQ(s.experts.end, expect_experts[r][1]);
     EXPECT_EQ(s.vocab.begin, expect_vocab[r][0]);
     EXPECT_EQ(s.vocab.end, expect_vocab[r][1]);
-    EXPECT_EQ(s.trunk_bytes, all.trunk_bytes);  // the trunk is replicated
+    EXPECT_LT(s.trunk_bytes, all.trunk_bytes);  // the trunk is split too (heads, o_proj rows)
     experts += s.expert_bytes;
     head += s.lm_head_bytes;
   }
@@ -143,8 +252,7 @@ TEST(ExpertParallel, ShardsSplitExpertsAndVocabularyAndTheirBytes) {
 }
 
 /// The page-in ranges of a rank (Model::mapped_weight_ranges, `--warm`) hold its experts and
-/// lm_head rows and the replicated rest: what is not the rank's own is the same on every rank and
-/// equals one process's replicated part.
+/// lm_head rows and its trunk share: one process's ranges less what the rank does not hold.
 TEST(ExpertParallel, MappedRangesOfARankHoldOnlyItsExpertsAndVocabularyRows) {
   auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("odd_experts", 1));
   k3::ModelOptions mo;
@@ -157,15 +265,19 @@ TEST(ExpertParallel, MappedRangesOfARankHoldOnlyItsExpertsAndVocabularyRows) {
   const k3::Model one(*ck, mo);
   const uint64_t replicated = range_bytes(one) - one.shard().expert_bytes - one.shard().lm_head_bytes;
   const int n = 4;
-  std::vector<uint64_t> bytes(n), own(n);
+  std::vector<uint64_t> bytes(n), own(n), trunk(n);
   k3test::run_ranks(n, [&](int r, std::shared_ptr<k3::Comm> comm) {
     k3::ModelOptions o = mo;
     o.comm = comm;
     const k3::Model m(*ck, o);
     bytes[static_cast<size_t>(r)] = range_bytes(m);
     own[static_cast<size_t>(r)] = m.shard().expert_bytes + m.shard().lm_head_bytes;
+    trunk[static_cast<size_t>(r)] = m.shard().trunk_bytes;
   });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(bytes[static_cast<size_t>(r)] - own[static_cast<size_t>(r)], replicated) << r;
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(bytes[static_cast<size_t>(r)] - own[static_cast<size_t>(r)],
+              replicated - (one.shard().trunk_bytes - trunk[static_cast<size_t>(r)]))
+        << r;
 }
 
 TEST(ExpertParallel, StreamedExpertsReadOnlyTheRanksOwn) {

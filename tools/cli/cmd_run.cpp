@@ -96,7 +96,8 @@ void run(const RunOptions& o) {
   std::vector<int32_t> history;  // the ids `seq` holds
   if (!o.state_load.empty()) {
     k3::SequenceFileMeta meta;
-    seq = k3::SequenceState::load(o.state_load, lm.model->config(), &meta, fingerprint);
+    // Under N ranks each rank reads its own piece (Model::state_file: F, F.rank1of2, ...).
+    seq = lm.model->load_sequence(lm.model->state_file(o.state_load), &meta, fingerprint);
     history = meta.ids;
     const nlohmann::json extra =
         meta.extra_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(meta.extra_json);
@@ -158,7 +159,7 @@ void run(const RunOptions& o) {
   }
   const std::string tail = dec.flush();
   text += tail;
-  if (!o.state_save.empty() && k3cli::is_rank0()) {  // every rank holds the same state
+  if (!o.state_save.empty()) {  // under N ranks each rank writes its own piece (Model::state_file)
     k3::SequenceFileMeta meta;
     meta.fingerprint = fingerprint;
     meta.ids = history;
@@ -168,8 +169,8 @@ void run(const RunOptions& o) {
     if (!r.ids.empty()) extra["pending"] = r.ids.back();
     meta.extra_json = extra.dump();
     k3::Timer ts;
-    seq.save(o.state_save, meta);
-    if (!o.no_stats)
+    seq.save(lm.model->state_file(o.state_save), meta);
+    if (!o.no_stats && k3cli::is_rank0())
       std::fprintf(stderr, "k3 run: saved %lld tokens of sequence state to '%s' (%.1f MiB, %.1f ms)\n",
                    static_cast<long long>(seq.n_past()), o.state_save.c_str(),
                    static_cast<double>(seq.bytes()) / 1048576.0, ts.ms());
@@ -248,7 +249,8 @@ k3cli::Registrar reg("run", "Generate a continuation of a prompt, streamed to st
                        sub->add_flag("--no-stats", o->no_stats, "do not print the stats line on stderr");
                        sub->add_option("--state-save", o->state_save,
                                        "after the run, save the whole sequence state (KDA + MLA, the ids, the model "
-                                       "fingerprint) to this file");
+                                       "fingerprint) to this file (under N ranks rank R > 0 saves its heads' "
+                                       "piece to FILE.rank<R>of<N>)");
                        sub->add_option("--state-load", o->state_load,
                                        "continue a sequence saved by --state-save (the prompt, if any, is appended; "
                                        "without one the saved run continues exactly)");

@@ -1,6 +1,6 @@
 """Tiny random K3 checkpoint generator (published K3 layout, k3-architecture.md §1-§2, §4).
 
-Usage: python tools/reference/gen_tiny.py --out DIR --variant {k3,scaled,many_experts,kimi_linear_gate,odd_experts,few_experts} --seed S
+Usage: python tools/reference/gen_tiny.py --out DIR --variant {k3,scaled,many_experts,kimi_linear_gate,odd_experts,few_experts,odd_heads,one_head} --seed S
        [--vision {tiny,wide_qkv}]
 
 --vision adds a tiny random MoonViT-V2 vision tower and projector (shared spec vision.md §1.1, §2:
@@ -24,7 +24,10 @@ import k3_checkpoint as kc  # noqa: E402
 
 # odd_experts: 6 experts (on 4 ranks: 2, 2, 1, 1) and 515 vocabulary rows (uneven lm_head split);
 # few_experts: 3 experts, so a 4th rank holds none (docs/distributed.md).
-VARIANTS = ("k3", "scaled", "many_experts", "kimi_linear_gate", "odd_experts", "few_experts")
+# odd_heads: 3 KDA and 3 MLA heads and a dense MLP 80 wide (uneven head/column splits on 2 and 4
+# ranks); one_head: 1 KDA and 1 MLA head, so every rank but the first holds no head.
+VARIANTS = ("k3", "scaled", "many_experts", "kimi_linear_gate", "odd_experts", "few_experts", "odd_heads",
+            "one_head")
 A_LOG_PAD = 8  # KDA has 4 heads; A_log stored zero-padded to 8 (like K3's 96 → 128)
 
 
@@ -40,6 +43,11 @@ def variant_config(variant: str) -> dict:
         return kc.make_config(num_experts=6, num_experts_per_token=2, vocab_size=515)
     if variant == "few_experts":
         return kc.make_config(num_experts=3, num_experts_per_token=2)
+    if variant == "odd_heads":
+        return kc.make_config(num_attention_heads=3, num_key_value_heads=3, intermediate_size=80,
+                              linear_attn_config={"num_heads": 3})
+    if variant == "one_head":
+        return kc.make_config(num_attention_heads=1, num_key_value_heads=1, linear_attn_config={"num_heads": 1})
     if variant == "kimi_linear_gate":
         cfg = kc.make_config()
         del cfg["text_config"]["linear_attn_config"]["gate_lower_bound"]
