@@ -190,7 +190,7 @@ SequenceState load_sequence_state(const std::filesystem::path& file, const Model
   if (meta != nullptr && !meta->ids.empty() && static_cast<int64_t>(meta->ids.size()) != si.n_past)
     throw Error("sequence state '" + fn + "': records " + std::to_string(meta->ids.size()) + " ids for " +
                 std::to_string(si.n_past) + " tokens");
-  si.check_matches(cfg, "sequence state '" + fn + "'");
+  si.check_matches(cfg, "sequence state '" + fn + "'", rank, ranks);
   return s;
 }
 

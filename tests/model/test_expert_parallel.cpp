@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -197,6 +198,83 @@ TEST(ExpertParallel, TrunkShareOfARankIsItsRowsOfTheSplitMatrices) {
     EXPECT_EQ((sum - all) % static_cast<uint64_t>(n - 1), 0u);
     EXPECT_GT(sum, all);
   }
+}
+
+/// --state-save / --state-load under N ranks: each rank saves its piece (Model::state_file) and a
+/// restore into the same N continues bit for bit like one process; a piece refuses to load under
+/// another rank count, on another rank, or in one process.
+TEST(ExpertParallel, StateSaveAndRestorePerRank) {
+  auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("odd_heads", 1));
+  k3::ModelOptions mo;
+  mo.exec.threads = 1;
+  const std::filesystem::path file = std::filesystem::path(K3_BINARY_DIR) / "tp_state_test.k3state";
+  const std::vector<int32_t> head(kIds.begin(), kIds.begin() + 6), more = {7, 8, 9};
+  std::vector<float> one;
+  {
+    const k3::Model m(*ck, mo);
+    k3::SequenceState s = m.new_sequence();
+    m.forward(s, head, false);
+    one = m.forward(s, more, true);
+  }
+  const int n = 4;
+  std::vector<std::vector<float>> got(n);
+  std::vector<std::string> names(n), wrong_rank(n), wrong_n(n);
+  k3test::run_ranks(n, [&](int r, std::shared_ptr<k3::Comm> comm) {
+    k3::ModelOptions o = mo;
+    o.comm = comm;
+    const k3::Model m(*ck, o);
+    {
+      k3::SequenceState s = m.new_sequence();
+      m.forward(s, head, false);
+      s.save(m.state_file(file));
+    }
+    names[static_cast<size_t>(r)] = m.state_file(file).filename().string();
+    k3::SequenceState back = m.load_sequence(m.state_file(file));
+    got[static_cast<size_t>(r)] = m.forward(back, more, true);
+    try {  // another rank's piece
+      (void)m.load_sequence(m.state_file(file).string() + (r == 0 ? ".rank1of4" : ""));
+    } catch (const k3::Error& e) {
+      wrong_rank[static_cast<size_t>(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(same_bits(got[static_cast<size_t>(r)], one)) << "rank " << r;
+  EXPECT_EQ(names[0], file.filename().string());
+  EXPECT_EQ(names[3], file.filename().string() + ".rank3of4");
+  EXPECT_NE(wrong_rank[0].find("saved by rank 1 of 4, this is rank 0 of 4"), std::string::npos) << wrong_rank[0];
+  // Another rank count: 2 ranks reading the 4-rank pieces (rank 1's file name differs: absent).
+  k3test::run_ranks(2, [&](int r, std::shared_ptr<k3::Comm> comm) {
+    k3::ModelOptions o = mo;
+    o.comm = comm;
+    const k3::Model m(*ck, o);
+    try {
+      (void)m.load_sequence(r == 0 ? file : std::filesystem::path(file.string() + ".rank1of4"));
+    } catch (const k3::Error& e) {
+      wrong_n[static_cast<size_t>(r)] = e.what();
+    }
+  });
+  EXPECT_NE(wrong_n[0].find("saved by rank 0 of 4, this is rank 0 of 2"), std::string::npos) << wrong_n[0];
+  EXPECT_NE(wrong_n[1].find("saved by rank 1 of 4, this is rank 1 of 2"), std::string::npos) << wrong_n[1];
+  // One process: the plain loader refuses a piece too.
+  try {
+    (void)k3::SequenceState::load(file, ck->config());
+    ADD_FAILURE() << "a rank's piece loaded in one process";
+  } catch (const k3::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("saved by rank 0 of 4, this is rank 0 of 1"), std::string::npos) << e.what();
+  }
+  // A state of one process given to a rank's forward is refused, naming the split.
+  k3test::run_ranks(2, [&](int, std::shared_ptr<k3::Comm> comm) {
+    k3::ModelOptions o = mo;
+    o.comm = comm;
+    const k3::Model m(*ck, o);
+    k3::SequenceState s = k3::Model(*ck, mo).new_sequence();
+    try {
+      (void)m.forward(s, more, false);
+      ADD_FAILURE() << "a one-process state ran on a rank";
+    } catch (const k3::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("holds the KDA heads of rank 0 of 1"), std::string::npos) << e.what();
+    }
+  });
+  for (int r = 0; r < n; ++r) std::filesystem::remove(file.string() + (r ? ".rank" + std::to_string(r) + "of4" : ""));
 }
 
 TEST(ExpertParallel, SizeOneCommunicatorIsOneProcess) {
