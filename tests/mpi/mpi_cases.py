@@ -222,6 +222,43 @@ class Cases:
         assert p.returncode == 1, (p.returncode, p.stderr)
         assert "rank(s) 1 were given other prompt ids" in p.stderr, p.stderr
 
+    # --- tensor parallel heads (KDA/MLA heads, dense-MLP columns, o_proj rows split) ------------
+    def case_logits_odd_heads_np2_exact(self):  # 3 KDA + 3 MLA heads on 2 ranks (2, 1)
+        self.logits_equal(self.tiny("odd_heads"), 2)
+
+    def case_logits_odd_heads_np4_int8(self):  # 3 heads on 4 ranks: rank 3 holds none
+        self.logits_equal(self.tiny("odd_heads"), 4, "int8")
+
+    def case_logits_one_head_np4_mxfp8(self):  # 1 head: ranks 1-3 hold none
+        self.logits_equal(self.tiny("one_head"), 4, "mxfp8")
+
+    def case_run_odd_heads_greedy_np2(self):
+        self.run_equal(self.tiny("odd_heads"), 2, ["--temp", "0"])
+
+    def case_run_odd_heads_greedy_np4(self):
+        self.run_equal(self.tiny("odd_heads"), 4, ["--temp", "0"])
+
+    def case_state_round_trip_np2(self):
+        """--state-save under 2 ranks writes F (rank 0) and F.rank1of2; --state-load under 2 ranks
+        continues exactly as one process that saved and loaded; under 4 ranks it is refused."""
+        model = self.tiny("odd_heads")
+        base = [self.k3, "run", "-m", model, "-n", "6", "--temp", "0", "--json", "--no-stats"]
+        f1 = os.path.join(self.work, f"state-one-{os.getpid()}")
+        f2 = os.path.join(self.work, f"state-two-{os.getpid()}")
+        ok(single(base + ["-p", "And God said", "--state-save", f1]), "one process save")
+        a = json.loads(ok(single(base + ["--state-load", f1]), "one process load").stdout)
+        ok(launch([(2, base + ["-p", "And God said", "--state-save", f2])]), "2 ranks save")
+        assert os.path.exists(f2) and os.path.exists(f2 + ".rank1of2"), os.listdir(self.work)
+        assert open(f2, "rb").read() != open(f1, "rb").read(), "rank 0's piece is the whole state"
+        p = ok(launch([(2, base + ["--state-load", f2])]), "2 ranks load")
+        b = json.loads(p.stdout.strip().splitlines()[0])
+        assert a["ids"] == b["ids"] and a["text"] == b["text"], (a, b)
+        p = launch([(4, base + ["--state-load", f2])])
+        assert p.returncode != 0, "a 2-rank state loaded under 4 ranks"
+        assert "saved by rank 0 of 2, this is rank 0 of 4" in p.stderr, p.stderr[-2000:]
+        for f in (f1, f2, f2 + ".rank1of2"):
+            os.remove(f)
+
     def case_refuse_serve_np2(self):
         p = launch([(2, [self.k3, "serve", "-m", MINI, "--port", "0"])])
         assert p.returncode != 0 and "k3 serve runs as one process in this version" in p.stderr, p.stderr

@@ -35,26 +35,35 @@ void check_ranks(const k3::Checkpoint& ck, const k3::Model& model) {
   if (n == 1) return;
   if (const std::string why = k3::ranks_disagreement(ck, model, build_id()); !why.empty()) throw GroupError(why);
   const k3::ModelShard& s = model.shard();
-  const uint64_t mine[7] = {static_cast<uint64_t>(s.experts.begin),
-                            static_cast<uint64_t>(s.experts.end),
-                            static_cast<uint64_t>(s.vocab.begin),
-                            static_cast<uint64_t>(s.vocab.end),
-                            s.trunk_bytes,
-                            s.expert_bytes,
-                            s.lm_head_bytes};
-  std::vector<uint64_t> all(static_cast<size_t>(n) * 7);
+  constexpr size_t kF = 11;  // fields per rank
+  const uint64_t mine[kF] = {static_cast<uint64_t>(s.experts.begin),
+                             static_cast<uint64_t>(s.experts.end),
+                             static_cast<uint64_t>(s.vocab.begin),
+                             static_cast<uint64_t>(s.vocab.end),
+                             s.trunk_bytes,
+                             s.expert_bytes,
+                             s.lm_head_bytes,
+                             static_cast<uint64_t>(s.kda_heads.begin),
+                             static_cast<uint64_t>(s.kda_heads.end),
+                             static_cast<uint64_t>(s.mla_heads.begin),
+                             static_cast<uint64_t>(s.mla_heads.end)};
+  std::vector<uint64_t> all(static_cast<size_t>(n) * kF);
   comm.allgatherv(mine, std::vector<int64_t>(static_cast<size_t>(n), sizeof mine), all.data());
   if (comm.rank() != 0) return;
   const k3::ModelConfig& c = model.config();
-  std::fprintf(stderr, "k3: %d ranks over %s; each holds the replicated trunk, its experts and lm_head rows:\n", n,
-               comm.transport().c_str());
+  std::fprintf(stderr,
+               "k3: %d ranks over %s; each holds its trunk share (its KDA/MLA heads, its rows of the output "
+               "projections, the replicated rest), its experts and lm_head rows:\n",
+               n, comm.transport().c_str());
+  using ull = unsigned long long;
   for (int r = 0; r < n; ++r) {
-    const uint64_t* a = &all[static_cast<size_t>(r) * 7];
+    const uint64_t* a = &all[static_cast<size_t>(r) * kF];
     std::fprintf(stderr,
-                 "k3:   rank %d: experts [%llu, %llu) of %d, vocab rows [%llu, %llu) of %d; weights %.3f MB "
-                 "(trunk %.3f + experts %.3f + lm_head %.3f)\n",
-                 r, static_cast<unsigned long long>(a[0]), static_cast<unsigned long long>(a[1]), c.num_experts,
-                 static_cast<unsigned long long>(a[2]), static_cast<unsigned long long>(a[3]), c.vocab_size,
+                 "k3:   rank %d: experts [%llu, %llu) of %d, vocab rows [%llu, %llu) of %d, KDA heads [%llu, %llu) "
+                 "of %d, MLA heads [%llu, %llu) of %d; weights %.3f MB (trunk %.3f + experts %.3f + lm_head %.3f)\n",
+                 r, static_cast<ull>(a[0]), static_cast<ull>(a[1]), c.num_experts, static_cast<ull>(a[2]),
+                 static_cast<ull>(a[3]), c.vocab_size, static_cast<ull>(a[7]), static_cast<ull>(a[8]),
+                 c.kda_num_heads, static_cast<ull>(a[9]), static_cast<ull>(a[10]), c.num_attention_heads,
                  static_cast<double>(a[4] + a[5] + a[6]) / 1e6, static_cast<double>(a[4]) / 1e6,
                  static_cast<double>(a[5]) / 1e6, static_cast<double>(a[6]) / 1e6);
   }
