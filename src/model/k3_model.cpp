@@ -23,13 +23,10 @@
 #include "model/latent_moe.h"
 #include "model/mla.h"
 #include "model/sequence_state_impl.h"
+#include "model/split.h"
 #include "model/weights.h"
 
 namespace k3 {
-
-/// Rows per unit of the output-row and intermediate-column splits (split_range_units): the GEMM
-/// kernels' row panel (kernels/avx2/gemm_bf16.cpp, 16 rows).
-constexpr int64_t kRowUnit = 16;
 
 struct Model::Impl {
   const Checkpoint& ck;
@@ -125,7 +122,7 @@ struct Model::Impl {
     const int64_t E = has_moe ? cfg.num_experts : 0, V = cfg.vocab_size, D = cfg.hidden_size;
     shard.experts = split_range(E, n, r);
     shard.vocab = split_range(V, n, r);
-    shard.hidden = split_range_units(D, n, r, kRowUnit);
+    shard.hidden = split_range_units(D, n, r, kSplitRowUnit);
     if (has_kda) shard.kda_heads = split_range(kda.H, n, r);
     if (has_mla) shard.mla_heads = split_range(mla.H, n, r);
     uint64_t not_held = 0;
@@ -158,9 +155,18 @@ struct Model::Impl {
           a.o_proj_rows = row_block(a.o_proj, hd.begin, hd.size(), &not_held);
           a.o_proj = nullptr;
         }
+        if (L.spec.ffn == FfnKind::LatentMoE && L.moe.shared) {  // the same for the shared experts
+          GluMlpWeights& g = *L.moe.shared;
+          const IndexRange i = split_range_units(g.gate->shape[0], n, r, kSplitRowUnit);
+          shard.shared_cols = i;
+          g.gate = row_block(g.gate, i.begin, i.size(), &not_held);
+          g.up = row_block(g.up, i.begin, i.size(), &not_held);
+          g.down_rows = row_block(g.down, hd.begin, hd.size(), &not_held);
+          g.down = nullptr;
+        }
         if (L.spec.ffn == FfnKind::Dense) {  // gate/up by intermediate columns, down by output rows
           GluMlpWeights& g = L.dense;
-          const IndexRange i = split_range_units(g.gate->shape[0], n, r, kRowUnit);
+          const IndexRange i = split_range_units(g.gate->shape[0], n, r, kSplitRowUnit);
           shard.dense_cols = i;
           g.gate = row_block(g.gate, i.begin, i.size(), &not_held);
           g.up = row_block(g.up, i.begin, i.size(), &not_held);
@@ -194,50 +200,6 @@ struct Model::Impl {
       }
     }
     shard.trunk_bytes -= not_held;
-  }
-
-  /// The split models' exchange of column blocks: `mine` [T, widths[rank]] fp32 (this rank's
-  /// columns) is all-gathered and reassembled into out [T, Σ widths], rank r's block at column
-  /// Σ_{q<r} widths[q]. Every rank calls it (a zero width still takes part).
-  void gather_cols(const float* mine, int64_t T, std::span<const int64_t> widths, float* out) const {
-    const int n = comm->size();
-    int64_t total = 0;
-    std::vector<int64_t> counts(static_cast<size_t>(n));
-    for (int q = 0; q < n; ++q) {
-      counts[q] = T * widths[q] * static_cast<int64_t>(sizeof(float));
-      total += widths[q];
-    }
-    FBuf got(static_cast<size_t>(T * total));
-    comm->allgatherv(mine, counts, got.data());
-    const float* src = got.data();
-    int64_t c0 = 0;
-    for (int q = 0; q < n; ++q) {
-      for (int64_t t = 0; t < T; ++t, src += widths[q]) std::copy_n(src, widths[q], out + t * total + c0);
-      c0 += widths[q];
-    }
-  }
-
-  /// The split layers' output side: this rank's piece `mine` [T, items_r·per_item] (its heads'
-  /// outputs, or its intermediate columns' activations) gathered with the others' in item
-  /// order, then this rank's rows `rows` [D_r, n_items·per_item] of the output projection over
-  /// all of them ([T, D_r], the full K reduction on this rank), then the hidden blocks gathered
-  /// into out [T, D]. Each element is computed by one rank with the kernel one process uses.
-  void split_out(const float* mine, int64_t T, int64_t n_heads, int64_t per_head, int64_t unit, const TensorView& rows,
-                 float* out) const {
-    const int n = comm->size();
-    const int64_t D = cfg.hidden_size;
-    std::vector<int64_t> widths(static_cast<size_t>(n));
-    for (int q = 0; q < n; ++q) widths[q] = split_range_units(n_heads, n, q, unit).size() * per_head;
-    FBuf all(static_cast<size_t>(T * n_heads * per_head));
-    gather_cols(mine, T, widths, all.data());
-    const int64_t Dr = shard.hidden.size();
-    FBuf part(static_cast<size_t>(T * Dr));
-    if (Dr > 0) {
-      if (ex.fast) k3::matmul(rows, all.data(), T, part.data());
-      else ref::matmul(rows, all.data(), T, part.data());
-    }
-    for (int q = 0; q < n; ++q) widths[q] = split_range_units(D, n, q, kRowUnit).size();
-    gather_cols(part.data(), T, widths, out);
   }
 
   /// One piece of a sequence in a batched layer loop: its state, its tokens, and the logits
@@ -427,7 +389,7 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
         FBuf heads(static_cast<size_t>(T * m.kda_local.C()));
         // A rank without heads holds an empty state (its decode-form logs get empty records).
         if (m.kda_local.H > 0) kda_forward_batch(L.kda, m.kda_local, xn.data(), segs, kda_states, heads.data(), m.ex);
-        m.split_out(heads.data(), T, m.kda.H, m.kda.d, 1, *L.kda.o_proj_rows, sub.data());
+        split_output_rows(*m.comm, heads.data(), T, m.kda.H, m.kda.d, 1, *L.kda.o_proj_rows, D, m.ex.fast, sub.data());
       }
     } else {
       for (int64_t s = 0; s < S; ++s) mla_caches[s] = &parts[s].st->layers[il].mla;
@@ -437,7 +399,7 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
       } else {
         FBuf heads(static_cast<size_t>(T * m.mla_local.H * m.mla_local.dv));
         mla_forward_batch(L.mla, m.mla_local, xn.data(), segs, mla_caches, heads.data(), MlaMode::Auto, m.ex, kvb);
-        m.split_out(heads.data(), T, m.mla.H, m.mla.dv, 1, *L.mla.o_proj_rows, sub.data());
+        split_output_rows(*m.comm, heads.data(), T, m.mla.H, m.mla.dv, 1, *L.mla.o_proj_rows, D, m.ex.fast, sub.data());
       }
     }
     if (dump) dump->add(name(il, "attn_out"), {T, D}, sub.data());
@@ -458,7 +420,7 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
       const int64_t Ir = L.dense.gate->shape[0], I = L.dense.down_rows->shape[1];
       FBuf a(static_cast<size_t>(T * Ir));
       if (Ir > 0) glu_mlp_forward(L.dense, m.act, xn.data(), T, a.data(), m.ex);
-      m.split_out(a.data(), T, I, 1, kRowUnit, *L.dense.down_rows, sub.data());
+      split_output_rows(*m.comm, a.data(), T, I, 1, kSplitRowUnit, *L.dense.down_rows, D, m.ex.fast, sub.data());
     } else {
       const int64_t k = m.moe.k;
       std::vector<int32_t> ids(static_cast<size_t>(T * k));

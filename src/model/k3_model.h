@@ -93,6 +93,7 @@ struct ModelShard {
   IndexRange mla_heads;  ///< MLA heads [begin, end) computed here (the latent cache is replicated)
   IndexRange hidden;     ///< rows [begin, end) of every o_proj and dense down_proj computed here
   IndexRange dense_cols;  ///< dense MLP intermediate columns (gate/up rows) [begin, end) held here
+  IndexRange shared_cols;  ///< shared-expert intermediate columns [begin, end) held here
   /// Weight bytes this rank reads from the checkpoint: its trunk share (the replicated text
   /// tensors and its rows of the head-split and output-split ones),
   /// its experts' packed + scale bytes, its lm_head rows (a tied head counts as the embedding).

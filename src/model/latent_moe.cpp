@@ -18,6 +18,7 @@
 #include "kernels/vec.h"
 #include "model/buffer.h"
 #include "model/router.h"
+#include "model/split.h"
 
 namespace k3 {
 
@@ -62,6 +63,13 @@ IndexRange expert_block(const MoeWeights& w, int64_t E, int r) {
   return split_range(E, w.comm->size(), r);
 }
 
+/// The shared experts under the column split (MoeWeights::shared with down null): this rank's
+/// activations `a` [T, I_r] -> the shared output [T, D] (model/split.h).
+void shared_split_out(const MoeWeights& w, const float* a, int64_t T, int64_t D, bool fast, float* out) {
+  const TensorView& rows = *w.shared->down_rows;
+  split_output_rows(*w.comm, a, T, rows.shape[1], 1, kSplitRowUnit, rows, D, fast, out);
+}
+
 /// Fast path of latent_moe_forward (see the header).
 void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation& act, const float* x, int64_t T,
                      float* out, int32_t* topk_ids, float* topk_w, const ExecOptions& ex) {
@@ -81,8 +89,10 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
       const int64_t I = w.shared->gate->shape[0];
       sg.resize(static_cast<size_t>(T * I));
       su.resize(sg.size());
-      xs.insert(xs.end(), {w.shared->gate, w.shared->up});
-      ys.insert(ys.end(), {sg.data(), su.data()});
+      if (I > 0) {  // a rank without shared-expert columns (split) has none to compute
+        xs.insert(xs.end(), {w.shared->gate, w.shared->up});
+        ys.insert(ys.end(), {sg.data(), su.data()});
+      }
     }
     k3::matmul_same_input(xs, x, T, ys);
   }
@@ -208,7 +218,8 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
   if (w.shared) {  // glu_mlp_forward's fast path on the gate and up computed above
     std::vector<float> shared(static_cast<size_t>(T * D));
     glu_activation(sg.data(), su.data(), sg.data(), static_cast<int64_t>(sg.size()), ga);
-    k3::matmul(*w.shared->down, sg.data(), T, shared.data());
+    if (w.shared->down) k3::matmul(*w.shared->down, sg.data(), T, shared.data());
+    else shared_split_out(w, sg.data(), T, D, true, shared.data());
     for (int64_t i = 0; i < T * D; ++i) out[i] += shared[i];
   }
   if (topk_ids) std::copy(ids.begin(), ids.end(), topk_ids);
@@ -230,7 +241,13 @@ void latent_moe_forward(const MoeWeights& w, const MoeDims& dm, const GluActivat
   std::vector<float> shared;
   if (w.shared) {
     shared.resize(static_cast<size_t>(T * D));
-    glu_mlp_forward(*w.shared, act, x, T, shared.data());
+    if (w.shared->down) {
+      glu_mlp_forward(*w.shared, act, x, T, shared.data());
+    } else {
+      std::vector<float> a(static_cast<size_t>(T * w.shared->gate->shape[0]));
+      if (!a.empty()) glu_mlp_forward(*w.shared, act, x, T, a.data());
+      shared_split_out(w, a.data(), T, D, false, shared.data());
+    }
   }
   const int me = w.comm ? w.comm->rank() : 0;
   const IndexRange mine = expert_block(w, E, me);

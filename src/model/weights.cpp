@@ -222,7 +222,9 @@ uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progr
       add(L.moe.down);
       add(L.moe.up);
       if (L.moe.shared)
-        for (const TensorView** p : {&L.moe.shared->gate, &L.moe.shared->up, &L.moe.shared->down}) add(*p);
+        for (const TensorView** p :
+             {&L.moe.shared->gate, &L.moe.shared->up, &L.moe.shared->down, &L.moe.shared->down_rows})
+          add(*p);
     }
   }
   std::vector<QuantMatrix> q(slots.size());
