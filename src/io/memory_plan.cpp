@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/comm.h"
 #include "core/error.h"
 #include "io/model_summary.h"
 #include "io/tensor_table.h"
@@ -87,14 +88,69 @@ std::string gb(double b) {
 
 }  // namespace
 
-MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w, const PlanRequest& r) {
+RankShare rank_share(const ModelConfig& c, const WeightBytes& w, int ranks) {
+  if (ranks < 1) throw Error("--ranks: expected >= 1, found " + std::to_string(ranks));
+  RankShare s;
+  s.weights = w;
+  const uint64_t B = 2;  // BF16
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); };
+  const int64_t D = c.hidden_size, V = c.vocab_size;
+  int64_t n_kda = 0, n_mla = 0, n_dense = 0, n_moe = 0;
+  for (const LayerSpec& l : c.plan) {
+    (l.attn == AttnKind::KDA ? n_kda : n_mla) += 1;
+    (l.ffn == FfnKind::Dense ? n_dense : n_moe) += 1;
+  }
+  // Bytes of each split group, whole and on rank 0 (its block of each split dimension).
+  uint64_t whole = 0, mine = 0;
+  auto add = [&](uint64_t bytes, int64_t n, int64_t n0) {
+    whole += bytes;
+    mine += n > 0 ? static_cast<uint64_t>(static_cast<double>(bytes) * static_cast<double>(n0) / static_cast<double>(n))
+                  : 0;
+  };
+  const int64_t Dr = split_range_units(D, ranks, 0, 16).size();
+  if (n_kda > 0) {
+    const int64_t H = c.kda_num_heads, d = c.kda_head_dim, C = H * d, H0 = split_range(H, ranks, 0).size();
+    add(u(n_kda) * B * u(4 * C * D + C * d + H * D), H, H0);  // q, k, v, g_proj, f_b, b_proj
+    add(u(n_kda) * B * u(D * C), D, Dr);                      // o_proj rows
+  }
+  if (n_mla > 0) {
+    const int64_t H = c.num_attention_heads, H0 = split_range(H, ranks, 0).size();
+    const int64_t dq = c.qk_nope_head_dim + c.qk_rope_head_dim, dkv = c.qk_nope_head_dim + c.v_head_dim;
+    add(u(n_mla) * B * u(H * dq * c.q_lora_rank + H * dkv * c.kv_lora_rank + H * c.v_head_dim * D), H, H0);
+    add(u(n_mla) * B * u(D * H * c.v_head_dim), D, Dr);
+  }
+  auto mlp = [&](int64_t layers, int64_t I) {
+    if (layers <= 0 || I <= 0) return;
+    add(u(layers) * B * u(2 * I * D), I, split_range_units(I, ranks, 0, 16).size());  // gate, up
+    add(u(layers) * B * u(D * I), D, Dr);                                             // down rows
+  };
+  mlp(n_dense, c.intermediate_size);
+  mlp(n_moe, int64_t{c.num_shared_experts} * c.moe_intermediate_size);
+  if (!c.tie_word_embeddings) add(B * u(V * D), V, split_range(V, ranks, 0).size());
+  s.split_bf16 = whole;
+  s.split_bf16_rank = mine;
+  s.weights.bf16 = w.bf16 > whole ? w.bf16 - whole + mine : mine;
+  const int64_t E = n_moe > 0 ? c.num_experts : 0;
+  s.experts = split_range(E, ranks, 0).size();
+  const uint64_t one = E > 0 ? w.experts / (u(n_moe) * u(E)) : 0;
+  s.weights.experts = one * u(n_moe) * u(s.experts);
+  const StateBytes sb = state_bytes(c);
+  s.kda_state = c.kda_num_heads > 0 ? sb.kda_total / u(c.kda_num_heads) * u(split_range(c.kda_num_heads, ranks, 0).size())
+                                    : 0;
+  return s;
+}
+
+MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w_all, const PlanRequest& r) {
   if (r.ram_bytes == 0) throw Error("--ram-gb: expected the machine's RAM in GB (> 0)");
+  const RankShare share = rank_share(c, w_all, r.ranks);
+  const WeightBytes& w = share.weights;
   if (r.n_ctx < 0) throw Error("-c/--ctx-size: expected >= 0, found " + std::to_string(r.n_ctx));
   if (r.n_parallel < 1) throw Error("-np/--parallel: expected >= 1, found " + std::to_string(r.n_parallel));
   MemoryPlan p;
   p.req = r;
+  p.share = share;
   p.trunk = w.f32 + w.embedding + trunk_matrix_bytes(w.bf16, r.trunk);
-  p.state_per_seq = state_bytes(c).total(r.n_ctx);
+  p.state_per_seq = state_bytes(c).total(r.n_ctx) - state_bytes(c).kda_total + share.kda_state;
   if (p.state_per_seq > UINT64_MAX / static_cast<uint64_t>(r.n_parallel))
     throw Error("-np/--parallel x -c/--ctx-size: the sequence states overflow 64 bits");
   p.states = p.state_per_seq * static_cast<uint64_t>(r.n_parallel);
@@ -102,10 +158,10 @@ MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w, const Pl
   p.reserve = std::max<uint64_t>(2'000'000'000ull, r.ram_bytes / 100 * 3);
   p.experts_total = w.experts;
   const int n_moe = c.n_moe_layers();
-  const int64_t n_experts = int64_t{n_moe} * c.num_experts;
+  const int64_t n_experts = int64_t{n_moe} * share.experts;
   p.expert_bytes = n_experts > 0 ? w.experts / static_cast<uint64_t>(n_experts) : 0;
   const int64_t G = std::max<int64_t>(2 * int64_t{c.num_experts_per_token}, 32);
-  p.transient = r.stream_experts ? static_cast<uint64_t>(2 * std::min<int64_t>(G, c.num_experts)) * p.expert_bytes : 0;
+  p.transient = r.stream_experts ? static_cast<uint64_t>(2 * std::min<int64_t>(G, share.experts)) * p.expert_bytes : 0;
   const uint64_t fixed = p.trunk + p.states + p.prefix_cache + p.transient + p.reserve;
   const uint64_t left = r.ram_bytes > fixed ? r.ram_bytes - fixed : 0;
   if (r.stream_experts) p.expert_cache = r.expert_cache_bytes ? *r.expert_cache_bytes : std::min(left, p.experts_total);
@@ -115,7 +171,9 @@ MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w, const Pl
   p.fits = p.total <= r.ram_bytes;
   const double f = p.experts_total ? static_cast<double>(p.expert_cache) / static_cast<double>(p.experts_total) : 1.0;
   p.hit_rate = r.stream_experts ? f : 1.0;
-  p.expert_bytes_per_token = static_cast<double>(p.expert_bytes) * c.num_experts_per_token * n_moe;
+  // Under N ranks a rank computes about top_k / N of each token's experts (uniform routing).
+  p.expert_bytes_per_token = static_cast<double>(p.expert_bytes) * c.num_experts_per_token * n_moe *
+                             static_cast<double>(share.experts) / std::max(1.0, static_cast<double>(c.num_experts));
   p.drive_bytes_per_token = (1.0 - p.hit_rate) * p.expert_bytes_per_token;
   p.ram_bytes_per_token = static_cast<double>(p.trunk - w.embedding) + p.hit_rate * p.expert_bytes_per_token;
   if (r.ram_gbs > 0 && (r.drive_gbs > 0 || p.drive_bytes_per_token == 0)) {
@@ -125,7 +183,9 @@ MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w, const Pl
     p.tokens_per_s_overlapped = 1.0 / std::max(t_ram, t_drive);
   }
   if (!p.fits) {
-    std::string why = "memory plan: needs " + gb(static_cast<double>(p.total)) + " but --ram-gb gives " +
+    std::string why = "memory plan: " +
+                      (r.ranks > 1 ? "rank 0 of " + std::to_string(r.ranks) + " (the largest share) " : std::string()) +
+                      "needs " + gb(static_cast<double>(p.total)) + " but --ram-gb gives " +
                       gb(static_cast<double>(r.ram_bytes)) + " (trunk " + std::string(trunk_type_name(r.trunk)) + " " +
                       gb(static_cast<double>(p.trunk)) + " + states " + gb(static_cast<double>(p.states)) +
                       " + prefix cache " + gb(static_cast<double>(p.prefix_cache)) + " + expert buffers " +
@@ -168,6 +228,14 @@ std::string MemoryPlan::format() const {
                 req.stream_experts ? "streamed" : "mapped", static_cast<long long>(req.n_ctx),
                 static_cast<long long>(req.n_parallel));
   o += b;
+  if (req.ranks > 1) {
+    std::snprintf(b, sizeof b,
+                  "one rank of %d (rank 0, the largest share; docs/distributed.md): %lld experts per MoE layer, "
+                  "%.2f of the %.2f GB split BF16 matrices, KDA state %s per sequence\n",
+                  req.ranks, static_cast<long long>(share.experts), static_cast<double>(share.split_bf16_rank) / 1e9,
+                  static_cast<double>(share.split_bf16) / 1e9, gb(static_cast<double>(share.kda_state)).c_str());
+    o += b;
+  }
   line("trunk", static_cast<double>(trunk),
        "resident; embedding BF16, matrices " + std::string(trunk_type_name(req.trunk)));
   line("states", static_cast<double>(states),

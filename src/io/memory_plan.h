@@ -1,8 +1,8 @@
 // Memory plan: what goes where in RAM for a K3 checkpoint on a machine of a given
 // size — the trunk at its type, the per-sequence states for -c and -np, the prefix cache, the
 // streamed experts' transient buffers and cache — and the expected decode speed from measured
-// bandwidths. `k3 info DIR --plan --ram-gb N` prints it; run / chat / serve refuse to start when
-// it does not fit.
+// bandwidths. `k3 info DIR --plan --ram-gb N [--ranks R]` prints it (one rank's share under R
+// ranks: rank_share); run / chat / serve refuse to start when it does not fit.
 //
 // Units: bytes; GB = 1e9 bytes; bandwidths in GB/s.
 //
@@ -76,7 +76,29 @@ struct PlanRequest {
   uint64_t prefix_cache_bytes = 0;
   double ram_gbs = 0;    ///< RAM read bandwidth (0 = unknown: no speed estimate)
   double drive_gbs = 0;  ///< drive read bandwidth for expert-sized reads (0 = unknown)
+  /// Ranks of a tensor + expert parallel group (docs/distributed.md; `k3 info --plan --ranks N`):
+  /// the plan is then one rank's, the one with the largest share (rank 0: split_range gives the
+  /// first ranks one more), on a machine of ram_bytes. Must be >= 1.
+  int ranks = 1;
 };
+
+/// One rank's share of the weights and the state under `ranks` ranks (docs/distributed.md, "What
+/// each rank holds"), for rank 0 (the largest share), from the config's dimensions:
+///   split BF16 = KDA q/k/v/g_proj, f_b, b_proj, o_proj + MLA q_b, kv_b, g_proj, o_proj + dense and
+///                shared-expert gate/up/down + lm_head (untied), each scaled by its rank-0 block
+///                (heads ceil-split, intermediate columns and hidden rows in 16-row units,
+///                vocabulary rows); the other BF16 bytes, the F32 vectors and the embedding stay;
+///   experts    = one expert's bytes x rank 0's expert block x MoE layers;
+///   KDA state  = kda_total x rank 0's heads / heads (the MLA cache is replicated).
+struct RankShare {
+  WeightBytes weights;        ///< the rank's bytes (bf16, experts scaled; embedding and f32 whole)
+  uint64_t split_bf16 = 0;    ///< of the whole model: the BF16 bytes the ranks split
+  uint64_t split_bf16_rank = 0;  ///< of those, the rank's
+  uint64_t kda_state = 0;     ///< KDA state per sequence on the rank
+  int64_t experts = 0;        ///< routed experts per MoE layer on the rank
+};
+/// Errors: k3::Error when ranks < 1 (naming --ranks).
+RankShare rank_share(const ModelConfig& c, const WeightBytes& w, int ranks);
 
 struct MemoryPlan {
   PlanRequest req;
@@ -84,6 +106,7 @@ struct MemoryPlan {
   uint64_t expert_cache = 0;   ///< streamed: the cache; mapped: all experts
   uint64_t experts_total = 0;  ///< all routed experts
   uint64_t expert_bytes = 0;   ///< one expert
+  RankShare share;             ///< the rank's share (req.ranks > 1; else the whole model)
   uint64_t total = 0;          ///< sum of the above that must be resident
   bool fits = false;
   std::string refusal;  ///< when !fits: the numbers and a suggestion
@@ -94,8 +117,9 @@ struct MemoryPlan {
   std::string format() const;
 };
 
-/// Computes the plan. Errors: k3::Error when ram_bytes == 0, n_ctx < 0 or n_parallel < 1
-/// (naming --ram-gb / -c / -np), or the state size overflows.
+/// Computes the plan (one rank's when r.ranks > 1: rank_share). Errors: k3::Error when
+/// ram_bytes == 0, n_ctx < 0, n_parallel < 1 or ranks < 1 (naming --ram-gb / -c / -np /
+/// --ranks), or the state size overflows.
 MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w, const PlanRequest& r);
 
 }  // namespace k3

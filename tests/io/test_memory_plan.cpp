@@ -143,3 +143,57 @@ TEST(MemoryPlan, RefusalsNameTheirCause) {
   bad.n_parallel = 0;
   EXPECT_THROW(make_memory_plan(k3_geometry().cfg, k3_geometry().wb, bad), Error);
 }
+
+// `k3 info --plan --ranks N` (docs/distributed.md): one rank's share of the full K3 under tensor +
+// expert parallelism — the split BF16 matrices by heads / columns / rows, the experts by id
+// blocks, the KDA state by heads — checked against the geometry's own arithmetic.
+TEST(MemoryPlan, PerRankPlanSplitsTheTrunkExpertsAndState) {
+  const auto& g = k3_geometry();
+  const ModelConfig& c = g.cfg;
+  const RankShare one = rank_share(c, g.wb, 1);
+  EXPECT_EQ(one.weights.bf16, g.wb.bf16);  // one rank: everything
+  EXPECT_EQ(one.weights.experts, g.wb.experts);
+  EXPECT_EQ(one.experts, 896);
+  // The split matrices [calc from the config]: KDA 69 layers x (4·C·D + C·d + H·D + D·C), MLA 24 x
+  // (q_b + kv_b + g_proj + o_proj), the dense MLP 3·33792·D, the shared experts 92 x 3·6144·D,
+  // lm_head V·D; all BF16.
+  const uint64_t D = 7168, C = 96 * 128;
+  const uint64_t kda = 69 * (4 * C * D + C * 128 + 96 * D + D * C) * 2;
+  const uint64_t mla = 24 * (96 * 192 * 1536 + 96 * 256 * 512 + 96 * 128 * D + D * 96 * 128) * 2;
+  const uint64_t mlp = (3 * 33792 * D + 92 * 3 * 6144 * D) * 2;
+  const uint64_t head = 163840 * D * 2;
+  EXPECT_EQ(one.split_bf16, kda + mla + mlp + head);
+  EXPECT_LT(one.split_bf16, g.wb.bf16);
+  for (int n : {2, 4, 8}) {
+    SCOPED_TRACE(n);
+    const RankShare s = rank_share(c, g.wb, n);
+    EXPECT_EQ(s.experts, 896 / n);
+    EXPECT_EQ(s.weights.experts, g.wb.experts / static_cast<uint64_t>(n));
+    // Every split dimension divides by 2, 4, 8 in 16-row units or heads (96 heads, 7168 rows, ...).
+    EXPECT_NEAR(static_cast<double>(s.split_bf16_rank), static_cast<double>(one.split_bf16) / n, 1e6);
+    EXPECT_EQ(s.weights.bf16, g.wb.bf16 - one.split_bf16 + s.split_bf16_rank);
+    EXPECT_EQ(s.kda_state, state_bytes(c).kda_total / static_cast<uint64_t>(n));
+    EXPECT_EQ(s.weights.embedding, g.wb.embedding);  // replicated
+  }
+  // 4 x 512 GB: every expert mapped, 16 sequences of 32K tokens: fits per rank (~447 GB), but not
+  // at 2 ranks (835 GB), which is refused naming the rank and the numbers.
+  PlanRequest r;
+  r.ram_bytes = 512'000'000'000ull;
+  r.stream_experts = false;
+  r.n_ctx = 32768;
+  r.n_parallel = 16;
+  r.ranks = 4;
+  const MemoryPlan p4 = make_memory_plan(c, g.wb, r);
+  EXPECT_TRUE(p4.fits) << p4.format();
+  EXPECT_EQ(p4.states, 16 * (state_bytes(c).total(32768) - state_bytes(c).kda_total + state_bytes(c).kda_total / 4));
+  EXPECT_NE(p4.format().find("one rank of 4"), std::string::npos) << p4.format();
+  r.ranks = 2;
+  const MemoryPlan p2 = make_memory_plan(c, g.wb, r);
+  EXPECT_FALSE(p2.fits);
+  EXPECT_NE(p2.refusal.find("rank 0 of 2 (the largest share) needs"), std::string::npos) << p2.refusal;
+  EXPECT_NE(p2.refusal.find("512.00 GB"), std::string::npos) << p2.refusal;
+  // An uneven split: rank 0 holds the larger block (896 experts on 3 ranks: 299).
+  EXPECT_EQ(rank_share(c, g.wb, 3).experts, 299);
+  r.ranks = 0;
+  EXPECT_THROW((void)make_memory_plan(c, g.wb, r), Error);
+}

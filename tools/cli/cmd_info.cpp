@@ -225,6 +225,7 @@ struct InfoOptions {
   std::vector<double> ram_gb;
   std::string trunk_type = "bf16";
   int64_t n_parallel = 1;
+  int ranks = 1;  ///< --ranks: the plan of one rank of a tensor + expert parallel group
   double prefix_cache_gb = 0;
   double expert_cache_gb = -1;  ///< < 0: everything left
   bool mapped = false;
@@ -285,6 +286,7 @@ std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::ModelConf
     if (o.expert_cache_gb >= 0) r.expert_cache_bytes = static_cast<uint64_t>(o.expert_cache_gb * 1e9);
     r.n_ctx = o.n_ctx;
     r.n_parallel = o.n_parallel;
+    r.ranks = o.ranks;
     r.prefix_cache_bytes = static_cast<uint64_t>(o.prefix_cache_gb * 1e9);
     r.ram_gbs = ram_gbs;
     r.drive_gbs = drive_gbs;
@@ -297,6 +299,9 @@ nlohmann::json plan_json(const k3::MemoryPlan& p) {
   return {{"ram_bytes", p.req.ram_bytes},
           {"trunk_type", std::string(k3::trunk_type_name(p.req.trunk))},
           {"stream_experts", p.req.stream_experts},
+          {"ranks", p.req.ranks},
+          {"rank_experts_per_layer", p.share.experts},
+          {"rank_kda_state_per_seq", p.share.kda_state},
           {"trunk", p.trunk},
           {"states", p.states},
           {"prefix_cache", p.prefix_cache},
@@ -461,6 +466,9 @@ k3cli::Registrar reg(
       sub->add_flag("--check", opt->check,
                     "also scan every tensor for NaN/Inf and impossible MXFP4 scales (reads every byte)");
       sub->add_flag("--plan", opt->plan, "print the memory plan for --ram-gb");
+      sub->add_option("--ranks", opt->ranks,
+                      "plan: the per-rank plan of `mpirun -np N` (tensor + expert parallel; docs/distributed.md)")
+          ->check(k3cli::IntRange(1, 4096));
       sub->add_option("--ram-gb", opt->ram_gb, "machine RAM in GB for --plan (several: 64,128)")->delimiter(',');
       sub->add_option("--trunk-type", opt->trunk_type, "plan: trunk type bf16 | q8 | q4")->capture_default_str();
       sub->add_option("--parallel", opt->n_parallel, "plan: sequences in parallel")
