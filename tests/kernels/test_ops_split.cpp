@@ -4,7 +4,12 @@
 // 1024 (where a 1-token call would take the decode GEMV with its different summation order).
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <optional>
+
 #include "kernel_test_util.h"
+#include "core/error.h"
+#include "kernels/exec_config.h"
 #include "kernels/ops.h"
 #include "kernels/ref/linear.h"
 #include "kernels/threads.h"
@@ -48,6 +53,47 @@ TEST(OpsSplit, Bf16TokenSplitIsBitIdenticalToOneThread) {
             ASSERT_NEAR(y2[t * rows + r], z, Tol::kGemmBf16 * sa) << "t=" << t << " r=" << r;
           }
       }
+}
+
+// The tensor-parallel split (model/split.h) computes blocks of a matrix's output rows on
+// different ranks, each block starting on a multiple of 16 rows: every row must be the bits the
+// whole matrix gives it, in every numerics mode and ISA, for decode and prefill token counts and
+// K that is and is not a multiple of 32 (the int8 / MXFP8 activation groups).
+TEST(OpsSplit, SixteenRowBlocksOfAMatrixAreBitIdenticalToTheWhole) {
+  std::mt19937 g(23);
+  for (k3::Isa isa : {k3::Isa::Scalar, k3::Isa::Avx2, k3::Isa::Avx512})
+    for (k3::Numerics nm : {k3::Numerics::Exact, k3::Numerics::Int8, k3::Numerics::Bf16, k3::Numerics::Mxfp8}) {
+      k3::ExecConfig c;
+      c.isa = isa;
+      c.numerics = nm;
+      c.threads = 1;
+      std::optional<k3::ExecContext> ctx;
+      try {
+        ctx = k3::resolve_exec_config(c);
+      } catch (const k3::Error&) {
+        continue;  // this CPU lacks the ISA
+      }
+      const k3::ExecScope scope(*ctx);
+      const int64_t rows = 88;  // blocks [0,32) [32,48) [48,64) [64,88): the last one short
+      const int64_t cuts[] = {0, 32, 48, 64, rows};
+      for (int64_t cols : {48, 64, 80, 1040})
+        for (int64_t T : {1, 3, 5, 17}) {
+          const auto w = rand_bf16(g, rows * cols);
+          const auto x = rand_f32(g, T * cols);
+          std::vector<float> whole(T * rows);
+          k3::matmul_bf16_raw(w.data(), rows, cols, cols, x.data(), T, whole.data());
+          for (int b = 0; b + 1 < 5; ++b) {
+            const int64_t r0 = cuts[b], n = cuts[b + 1] - cuts[b];
+            std::vector<float> part(T * n);
+            k3::matmul_bf16_raw(w.data() + r0 * cols, n, cols, cols, x.data(), T, part.data());
+            for (int64_t t = 0; t < T; ++t)
+              for (int64_t r = 0; r < n; ++r)
+                ASSERT_EQ(std::memcmp(&part[t * n + r], &whole[t * rows + r0 + r], 4), 0)
+                    << k3::numerics_name(nm) << " isa " << static_cast<int>(isa) << " cols " << cols << " T " << T
+                    << " row " << r0 + r;
+          }
+        }
+    }
 }
 
 }  // namespace
