@@ -135,8 +135,8 @@ RankShare rank_share(const ModelConfig& c, const WeightBytes& w, int ranks) {
   const uint64_t one = E > 0 ? w.experts / (u(n_moe) * u(E)) : 0;
   s.weights.experts = one * u(n_moe) * u(s.experts);
   const StateBytes sb = state_bytes(c);
-  s.kda_state = c.kda_num_heads > 0 ? sb.kda_total / u(c.kda_num_heads) * u(split_range(c.kda_num_heads, ranks, 0).size())
-                                    : 0;
+  s.kda_state =
+      c.kda_num_heads > 0 ? sb.kda_total / u(c.kda_num_heads) * u(split_range(c.kda_num_heads, ranks, 0).size()) : 0;
   return s;
 }
 

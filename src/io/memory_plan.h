@@ -91,11 +91,11 @@ struct PlanRequest {
 ///   experts    = one expert's bytes x rank 0's expert block x MoE layers;
 ///   KDA state  = kda_total x rank 0's heads / heads (the MLA cache is replicated).
 struct RankShare {
-  WeightBytes weights;        ///< the rank's bytes (bf16, experts scaled; embedding and f32 whole)
-  uint64_t split_bf16 = 0;    ///< of the whole model: the BF16 bytes the ranks split
+  WeightBytes weights;           ///< the rank's bytes (bf16, experts scaled; embedding and f32 whole)
+  uint64_t split_bf16 = 0;       ///< of the whole model: the BF16 bytes the ranks split
   uint64_t split_bf16_rank = 0;  ///< of those, the rank's
-  uint64_t kda_state = 0;     ///< KDA state per sequence on the rank
-  int64_t experts = 0;        ///< routed experts per MoE layer on the rank
+  uint64_t kda_state = 0;        ///< KDA state per sequence on the rank
+  int64_t experts = 0;           ///< routed experts per MoE layer on the rank
 };
 /// Errors: k3::Error when ranks < 1 (naming --ranks).
 RankShare rank_share(const ModelConfig& c, const WeightBytes& w, int ranks);

@@ -87,12 +87,12 @@ struct BatchEntry {
 /// blocks of the experts, the vocabulary, the heads and the hidden size. One process: everything.
 struct ModelShard {
   int rank = 0, ranks = 1;
-  IndexRange experts;  ///< expert ids [begin, end) of each MoE layer held here
-  IndexRange vocab;    ///< lm_head rows [begin, end) held here
-  IndexRange kda_heads;  ///< KDA heads [begin, end) computed here (their projections and state)
-  IndexRange mla_heads;  ///< MLA heads [begin, end) computed here (the latent cache is replicated)
-  IndexRange hidden;     ///< rows [begin, end) of every o_proj and dense down_proj computed here
-  IndexRange dense_cols;  ///< dense MLP intermediate columns (gate/up rows) [begin, end) held here
+  IndexRange experts;      ///< expert ids [begin, end) of each MoE layer held here
+  IndexRange vocab;        ///< lm_head rows [begin, end) held here
+  IndexRange kda_heads;    ///< KDA heads [begin, end) computed here (their projections and state)
+  IndexRange mla_heads;    ///< MLA heads [begin, end) computed here (the latent cache is replicated)
+  IndexRange hidden;       ///< rows [begin, end) of every o_proj and dense down_proj computed here
+  IndexRange dense_cols;   ///< dense MLP intermediate columns (gate/up rows) [begin, end) held here
   IndexRange shared_cols;  ///< shared-expert intermediate columns [begin, end) held here
   /// Weight bytes this rank reads from the checkpoint: its trunk share (the replicated text
   /// tensors and its rows of the head-split and output-split ones),

@@ -21,11 +21,11 @@ namespace k3 {
 
 /// Every MLA dimension, from the config.
 struct MlaDims {
-  int64_t D = 0, H = 0;                         ///< hidden size, heads
-  int64_t q_rank = 0, kv_rank = 0;              ///< q_lora_rank, kv_lora_rank
-  int64_t dn = 0, dr = 0, dv = 0;               ///< qk_nope_head_dim, qk_rope_head_dim (unrotated), v_head_dim
-  float norm_eps = 1e-6f;                       ///< q_a/kv_a layernorm eps (mla_norm_eps)
-  bool output_gate = true;                      ///< mla_use_output_gate
+  int64_t D = 0, H = 0;             ///< hidden size, heads
+  int64_t q_rank = 0, kv_rank = 0;  ///< q_lora_rank, kv_lora_rank
+  int64_t dn = 0, dr = 0, dv = 0;   ///< qk_nope_head_dim, qk_rope_head_dim (unrotated), v_head_dim
+  float norm_eps = 1e-6f;           ///< q_a/kv_a layernorm eps (mla_norm_eps)
+  bool output_gate = true;          ///< mla_use_output_gate
   /// Heads the Auto mode's memory bound counts (0: H). Under the head split H is a rank's heads
   /// and this the layer's, so every rank picks the form one process picks.
   int64_t mode_heads = 0;

@@ -9,10 +9,11 @@
 
 namespace k3 {
 
-/// Rows per unit of the output-row and intermediate-column splits (split_range_units): every
-/// rank's block then starts on a multiple of 16, so the GEMM's row panels and the elementwise
-/// kernels' vector bodies and tails (kernels/ops.h glu_activation) see a rank's rows and columns
-/// where one process's calls see them.
+/// Rows per unit of the output-row and intermediate-column splits (split_range_units). The GEMMs
+/// give a row the same bits in any row block (tests/kernels/test_ops_split.cpp), but the SiTU
+/// activation (kernels/ops.h glu_activation) runs an 8-wide vector body and a scalar libm tail
+/// whose last bits differ: with every rank's column block a multiple of 16 but the last, each
+/// activation lands in the body or the tail as in one process.
 inline constexpr int64_t kSplitRowUnit = 16;
 
 /// All-gather of column blocks: this rank's `mine` [T, widths[rank]] fp32 joins the others' into

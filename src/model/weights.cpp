@@ -213,7 +213,8 @@ uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progr
                                    &L.kda.g_proj, &L.kda.o_proj, &L.kda.o_proj_rows})
         add(*p);
     } else {
-      for (const TensorView** p : {&L.mla.q_a, &L.mla.q_b, &L.mla.kv_a, &L.mla.g_proj, &L.mla.o_proj, &L.mla.o_proj_rows})
+      for (const TensorView** p :
+           {&L.mla.q_a, &L.mla.q_b, &L.mla.kv_a, &L.mla.g_proj, &L.mla.o_proj, &L.mla.o_proj_rows})
         add(*p);
     }
     if (L.spec.ffn == FfnKind::Dense) {
@@ -269,9 +270,8 @@ std::vector<std::span<const uint8_t>> mapped_weight_ranges(const ModelWeights& w
   add(w.lm_head);
   for (const LayerWeights& L : w.layers) {
     if (L.spec.attn == AttnKind::KDA) {
-      for (const TensorView* p :
-           {L.kda.q_proj, L.kda.k_proj, L.kda.v_proj, L.kda.f_a, L.kda.f_b, L.kda.b_proj, L.kda.g_proj, L.kda.o_proj,
-            L.kda.o_proj_rows})
+      for (const TensorView* p : {L.kda.q_proj, L.kda.k_proj, L.kda.v_proj, L.kda.f_a, L.kda.f_b, L.kda.b_proj,
+                                  L.kda.g_proj, L.kda.o_proj, L.kda.o_proj_rows})
         add(p);
     } else {
       for (const TensorView* p :

@@ -56,10 +56,12 @@ TEST(OpsSplit, Bf16TokenSplitIsBitIdenticalToOneThread) {
 }
 
 // The tensor-parallel split (model/split.h) computes blocks of a matrix's output rows on
-// different ranks, each block starting on a multiple of 16 rows: every row must be the bits the
-// whole matrix gives it, in every numerics mode and ISA, for decode and prefill token counts and
-// K that is and is not a multiple of 32 (the int8 / MXFP8 activation groups).
-TEST(OpsSplit, SixteenRowBlocksOfAMatrixAreBitIdenticalToTheWhole) {
+// different ranks: the output projections and MLP columns in blocks starting on a multiple of 16
+// rows, the heads' projections in blocks of whole heads (KDA b_proj: one row per head, so any
+// start). Every row must be the bits the whole matrix gives it, in every numerics mode and ISA,
+// for decode and prefill token counts and K that is and is not a multiple of 32 (the int8 /
+// MXFP8 activation groups).
+TEST(OpsSplit, RowBlocksOfAMatrixAreBitIdenticalToTheWhole) {
   std::mt19937 g(23);
   for (k3::Isa isa : {k3::Isa::Scalar, k3::Isa::Avx2, k3::Isa::Avx512})
     for (k3::Numerics nm : {k3::Numerics::Exact, k3::Numerics::Int8, k3::Numerics::Bf16, k3::Numerics::Mxfp8}) {
@@ -74,24 +76,26 @@ TEST(OpsSplit, SixteenRowBlocksOfAMatrixAreBitIdenticalToTheWhole) {
         continue;  // this CPU lacks the ISA
       }
       const k3::ExecScope scope(*ctx);
-      const int64_t rows = 88;  // blocks [0,32) [32,48) [48,64) [64,88): the last one short
-      const int64_t cuts[] = {0, 32, 48, 64, rows};
+      const int64_t rows = 88;
+      // 16-row blocks [0,32) [32,48) [48,64) [64,88) (the last one short), and blocks of any start
+      const std::vector<std::vector<int64_t>> splits = {{0, 32, 48, 64, rows}, {0, 1, 27, 51, 52, rows}};
       for (int64_t cols : {48, 64, 80, 1040})
         for (int64_t T : {1, 3, 5, 17}) {
           const auto w = rand_bf16(g, rows * cols);
           const auto x = rand_f32(g, T * cols);
           std::vector<float> whole(T * rows);
           k3::matmul_bf16_raw(w.data(), rows, cols, cols, x.data(), T, whole.data());
-          for (int b = 0; b + 1 < 5; ++b) {
-            const int64_t r0 = cuts[b], n = cuts[b + 1] - cuts[b];
-            std::vector<float> part(T * n);
-            k3::matmul_bf16_raw(w.data() + r0 * cols, n, cols, cols, x.data(), T, part.data());
-            for (int64_t t = 0; t < T; ++t)
-              for (int64_t r = 0; r < n; ++r)
-                ASSERT_EQ(std::memcmp(&part[t * n + r], &whole[t * rows + r0 + r], 4), 0)
-                    << k3::numerics_name(nm) << " isa " << static_cast<int>(isa) << " cols " << cols << " T " << T
-                    << " row " << r0 + r;
-          }
+          for (const std::vector<int64_t>& cuts : splits)
+            for (size_t b = 0; b + 1 < cuts.size(); ++b) {
+              const int64_t r0 = cuts[b], n = cuts[b + 1] - cuts[b];
+              std::vector<float> part(T * n);
+              k3::matmul_bf16_raw(w.data() + r0 * cols, n, cols, cols, x.data(), T, part.data());
+              for (int64_t t = 0; t < T; ++t)
+                for (int64_t r = 0; r < n; ++r)
+                  ASSERT_EQ(std::memcmp(&part[t * n + r], &whole[t * rows + r0 + r], 4), 0)
+                      << k3::numerics_name(nm) << " isa " << static_cast<int>(isa) << " cols " << cols << " T " << T
+                      << " row " << r0 + r;
+            }
         }
     }
 }

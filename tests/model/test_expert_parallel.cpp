@@ -189,9 +189,9 @@ TEST(ExpertParallel, TrunkShareOfARankIsItsRowsOfTheSplitMatrices) {
       EXPECT_LT(s.trunk_bytes, all) << "rank " << r << " holds the whole trunk";
       sum += s.trunk_bytes;
       // Page-in: one process's ranges less the trunk bytes, experts and lm_head rows not held.
-      EXPECT_EQ(ranges[static_cast<size_t>(r)],
-                one_ranges - (all - s.trunk_bytes) - (one.shard().expert_bytes - s.expert_bytes) -
-                    (one.shard().lm_head_bytes - s.lm_head_bytes))
+      EXPECT_EQ(ranges[static_cast<size_t>(r)], one_ranges - (all - s.trunk_bytes) -
+                                                    (one.shard().expert_bytes - s.expert_bytes) -
+                                                    (one.shard().lm_head_bytes - s.lm_head_bytes))
           << "rank " << r;
     }
     // Σ_r trunk_r = n·replicated + split, all = replicated + split.

@@ -62,8 +62,8 @@ void check_ranks(const k3::Checkpoint& ck, const k3::Model& model) {
                  "k3:   rank %d: experts [%llu, %llu) of %d, vocab rows [%llu, %llu) of %d, KDA heads [%llu, %llu) "
                  "of %d, MLA heads [%llu, %llu) of %d; weights %.3f MB (trunk %.3f + experts %.3f + lm_head %.3f)\n",
                  r, static_cast<ull>(a[0]), static_cast<ull>(a[1]), c.num_experts, static_cast<ull>(a[2]),
-                 static_cast<ull>(a[3]), c.vocab_size, static_cast<ull>(a[7]), static_cast<ull>(a[8]),
-                 c.kda_num_heads, static_cast<ull>(a[9]), static_cast<ull>(a[10]), c.num_attention_heads,
+                 static_cast<ull>(a[3]), c.vocab_size, static_cast<ull>(a[7]), static_cast<ull>(a[8]), c.kda_num_heads,
+                 static_cast<ull>(a[9]), static_cast<ull>(a[10]), c.num_attention_heads,
                  static_cast<double>(a[4] + a[5] + a[6]) / 1e6, static_cast<double>(a[4]) / 1e6,
                  static_cast<double>(a[5]) / 1e6, static_cast<double>(a[6]) / 1e6);
   }
