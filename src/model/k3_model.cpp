@@ -95,7 +95,7 @@ struct Model::Impl {
   /// it is not a 2-D BF16 matrix with that many rows.
   const TensorView* row_block(const TensorView* t, int64_t r0, int64_t rows, uint64_t* not_held) {
     if (t->dtype != DType::BF16 || t->shape.size() != 2 || r0 < 0 || r0 + rows > t->shape[0])
-      throw Error("tensor '" + t->name + "': the head split needs a 2-D BF16 matrix with at least " +
+      throw Error("tensor '" + t->name + "': the tensor-parallel split needs a 2-D BF16 matrix with at least " +
                   std::to_string(r0 + rows) + " rows");
     TensorView v = *t;
     const int64_t cols = t->shape[1];
@@ -112,9 +112,10 @@ struct Model::Impl {
 
   /// This rank's share (ModelOptions::comm): the expert block and vocabulary rows of
   /// split_range, lm_head narrowed to its rows, the KDA and MLA layers narrowed to its head block
-  /// (the heads' projection rows, conv taps, gate vectors) and their o_proj to its block of
-  /// output rows (all before trunk quantization, so only these rows are read), the MoE layers
-  /// given the communicator, and the bytes this rank reads.
+  /// (the heads' projection rows, conv taps, gate vectors), the dense MLP and shared experts to
+  /// its intermediate columns (16-column units), every o_proj / down to its block of output rows
+  /// (all before trunk quantization, so only these rows are read), the MoE layers given the
+  /// communicator, and the bytes this rank reads.
   void split_weights() {
     const int r = comm->rank(), n = comm->size();
     shard.rank = r;
