@@ -222,6 +222,21 @@ class Cases:
         assert p.returncode == 1, (p.returncode, p.stderr)
         assert "rank(s) 1 were given other prompt ids" in p.stderr, p.stderr
 
+    def case_chat_np2(self):
+        """`k3 chat` reads stdin on rank 0 and broadcasts each turn: the answers equal one process's
+        (Open MPI gives rank 0 a terminal for stdout, so the dimmed notices' escapes are dropped)."""
+        args = [self.k3, "chat", "-m", MINI, "--temp", "0", "-n", "12", "--no-think"]
+        lines = "Hello there\nWhat is light?\n"
+        e = dict(os.environ, OMP_NUM_THREADS="1")
+        a = subprocess.run(args, input=lines, capture_output=True, text=True, timeout=TIMEOUT, env=e)
+        b = subprocess.run(launcher() + ["-np", "2"] + args, input=lines, capture_output=True, text=True,
+                           timeout=TIMEOUT, env=e)
+        ok(a, "one process")
+        ok(b, "2 ranks")
+        strip = lambda t: re.sub(r"\x1b\[[0-9;]*m", "", t).replace("\r\n", "\n")  # noqa: E731
+        assert strip(a.stdout).count("-n limit") == 2, a.stdout
+        assert strip(a.stdout) == strip(b.stdout), f"2 ranks: {b.stdout!r} vs one process {a.stdout!r}"
+
     # --- k3 serve across ranks (rank 0 serves HTTP and broadcasts a step plan per engine step) ---
     def serve(self, n: int, model: str, extra: list[str] | None = None) -> "Served":
         """`k3 serve` on 127.0.0.1 (a free port): under the launcher when n > 1, else alone."""
@@ -274,6 +289,41 @@ class Cases:
 
     def case_serve_idle_rank_np4(self):  # 3 experts on 4 ranks: rank 3 holds none, still steps
         self.serve_equal(self.tiny("few_experts"), 4)
+
+    def case_serve_slots_np2(self):
+        """/slots save under 2 ranks writes FILE (rank 0) and FILE.rank1; after erase and restore
+        (every rank its own part) a request extending the kept prompt equals one process's."""
+        import urllib.request
+        slots = os.path.join(self.work, f"slots-{os.getpid()}")
+        shutil.rmtree(slots, ignore_errors=True)
+        os.makedirs(slots, mode=0o700)
+        base = "And God said, Let there be light: and there was light. " * 8
+        flags = ["--slot-save-path", slots, "--no-cache"]
+
+        def post(srv, path, body):
+            req = urllib.request.Request(f"http://127.0.0.1:{srv.port}{path}", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        with self.serve(1, MINI, flags) as one:
+            want = self.completions(one, [base + "And God saw"])
+        with self.serve(2, MINI, flags) as many:
+            self.completions(many, [base])
+            st, r = post(many, "/slots/0?action=save", {"filename": "s.bin"})
+            assert st == 200, r
+            assert os.path.exists(os.path.join(slots, "s.bin")) and os.path.exists(os.path.join(slots, "s.bin.rank1"))
+            assert post(many, "/slots/0?action=erase", {})[0] == 200
+            st, r = post(many, "/slots/0?action=restore", {"filename": "s.bin"})
+            assert st == 200 and r.get("n_restored", r.get("n_tokens", 1)) > 0, r
+            got = self.completions(many, [base + "And God saw"])
+            st, r = post(many, "/slots/0?action=restore", {"filename": "missing.bin"})
+            assert st >= 400 and "missing.bin" in json.dumps(r), (st, r)
+        assert got == want, f"2 ranks after restore: {got!r} vs one process {want!r}"
+        assert many.returncode == 0, many.log()
 
     def case_serve_killed_rank_np2(self):
         """kill -9 of rank 1 while a request streams: the client gets an error (503 body or a
