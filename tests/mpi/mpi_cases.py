@@ -287,6 +287,18 @@ class Cases:
     def case_serve_mini_np2(self):
         self.serve_equal(MINI, 2)
 
+    def case_serve_prompt_lookup_np2(self):  # speculative decoding: drafts verified on every rank
+        base = "And God said, Let there be light: and there was light. " * 16
+        flags = ["--spec-type", "ngram-simple", "--draft-max", "4"]
+        with self.serve(1, MINI, flags) as one:
+            a = self.completions(one, [base], 24)
+        with self.serve(2, MINI, flags) as many:
+            b = self.completions(many, [base], 24)
+            drafted = many.metric("k3:spec_drafted_total")
+        assert a == b, f"2 ranks: {b!r} vs one process {a!r}"
+        assert drafted and drafted > 0, f"no drafts verified: {drafted}"
+        assert many.returncode == 0, many.log()
+
     def case_serve_idle_rank_np4(self):  # 3 experts on 4 ranks: rank 3 holds none, still steps
         self.serve_equal(self.tiny("few_experts"), 4)
 
