@@ -169,6 +169,7 @@ def main() -> int:
     for n in [int(x) for x in a.ranks.split(",")]:
         j = run_bench(a.model, n, a)
         cfg = json.load(open(os.path.join(a.model, "config.json")))
+        cfg = cfg.get("text_config", cfg)
         j["n_moe_layers"] = sum(1 for i in range(cfg["num_hidden_layers"]) if i >= cfg.get("first_k_dense_replace", 1))
         j["vocab"] = cfg["vocab_size"]
         results[str(n)] = j
