@@ -238,10 +238,10 @@ class Cases:
         assert strip(a.stdout) == strip(b.stdout), f"2 ranks: {b.stdout!r} vs one process {a.stdout!r}"
 
     # --- k3 serve across ranks (rank 0 serves HTTP and broadcasts a step plan per engine step) ---
-    def serve(self, n: int, model: str, extra: list[str] | None = None) -> "Served":
+    def serve(self, n: int, model: str, extra: list[str] | None = None, ctx: int = 1024) -> "Served":
         """`k3 serve` on 127.0.0.1 (a free port): under the launcher when n > 1, else alone."""
         argv = [self.k3, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "--temp", "0",
-                "-c", "1024", "--parallel", "2", "--cache-ram", "64", "--alias", "m"] + (extra or [])
+                "-c", str(ctx), "--parallel", "2", "--cache-ram", "64", "--alias", "m"] + (extra or [])
         cmd = launcher() + ["-np", str(n)] + argv if n > 1 else argv
         return Served(cmd, os.path.join(self.work, f"serve-{n}-{os.getpid()}.log"))
 
@@ -343,27 +343,28 @@ class Cases:
         import time
         import urllib.request
         import threading
-        srv = self.serve(2, MINI)
+        srv = self.serve(2, MINI, ctx=16384)  # a stream of 16000 tokens outlasts the kill by seconds
         with srv:
-            result = {}
+            result = {"body": ""}
+            first = threading.Event()
 
-            def request():
-                body = json.dumps({"model": "m", "prompt": "And God said", "max_tokens": 400, "temperature": 0,
-                                   "ignore_eos": True}).encode()
+            def request():  # rank 1 is killed at the stream's first chunk
+                body = json.dumps({"model": "m", "prompt": "And God said", "max_tokens": 16000, "temperature": 0,
+                                   "ignore_eos": True, "stream": True}).encode()
                 req = urllib.request.Request(f"http://127.0.0.1:{srv.port}/v1/completions", data=body,
                                              headers={"Content-Type": "application/json"})
                 try:
                     with urllib.request.urlopen(req, timeout=60) as r:
-                        result["body"] = r.read().decode()
-                        result["status"] = r.status
-                except Exception as e:  # noqa: BLE001 - any failure is the expected error
+                        for line in r:
+                            result["body"] += line.decode(errors="replace")
+                            first.set()
+                except Exception as e:  # noqa: BLE001 - a closed connection is an error too
                     result["error"] = repr(e)
-                    if hasattr(e, "read"):
-                        result["body"] = e.read().decode(errors="replace")
+                first.set()
 
             t = threading.Thread(target=request)
             t.start()
-            time.sleep(1.0)
+            assert first.wait(60), "no first chunk"
             os.kill(srv.rank_pid(1), 9)
             t0 = time.monotonic()
             code = srv.wait(20)
@@ -376,22 +377,38 @@ class Cases:
         assert "from the launcher" in srv.log(), srv.log()
 
     def case_serve_sigterm_np2(self):
-        """SIGTERM to rank 0 while a request runs: it finishes, every rank stops, exit 0."""
+        """SIGTERM to rank 0 while a 300-token stream runs: the stream finishes (all its tokens,
+        finish_reason "length"), every rank stops, exit 0."""
         import signal
         import threading
+        import urllib.request
         srv = self.serve(2, MINI)
         with srv:
-            out = {}
-            t = threading.Thread(target=lambda: out.update(text=self.completions(srv, ["And God said"], 60)[0]))
+            out = {"body": ""}
+            first = threading.Event()
+
+            def request():
+                body = json.dumps({"model": "m", "prompt": "And God said", "max_tokens": 300, "temperature": 0,
+                                   "ignore_eos": True, "stream": True}).encode()
+                req = urllib.request.Request(f"http://127.0.0.1:{srv.port}/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    for line in r:
+                        out["body"] += line.decode(errors="replace")
+                        first.set()
+                first.set()
+
+            t = threading.Thread(target=request)
             t.start()
-            import time
-            time.sleep(0.7)
+            assert first.wait(60), "no first chunk"
             os.kill(srv.rank_pid(0), signal.SIGTERM)
             code = srv.wait(30)
             t.join(30)
         assert code == 0, f"exit {code}\n{srv.log()}"
-        assert out.get("text"), f"the running request did not finish: {out}\n{srv.log()}"
-        assert "stopped" in srv.log(), srv.log()
+        chunks = [json.loads(x[6:]) for x in out["body"].splitlines() if x.startswith("data: {")]
+        assert chunks and chunks[-1]["choices"][0]["finish_reason"] == "length", out["body"][-500:]
+        assert out["body"].rstrip().endswith("data: [DONE]"), out["body"][-200:]
+        assert "SIGTERM: stopping" in srv.log() and "stopped" in srv.log(), srv.log()
 
 
 class Served:
