@@ -372,6 +372,7 @@ class Cases:
             t.join(30)
         assert code is not None and code != 0, f"the group did not exit non-zero: {code}\n{srv.log()}"
         assert took < 10, f"the group took {took:.1f} s to end after rank 1 died"
+        print(f"the group ended {took:.2f} s after rank 1 was killed")
         body = result.get("body", "")
         assert '"error"' in body and "503" in body and "unavailable" in body, f"no 503 error body: {result}"
         assert "from the launcher" in srv.log(), srv.log()
