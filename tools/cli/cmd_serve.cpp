@@ -83,7 +83,8 @@ std::string mib(uint64_t b) {
 // second one ends the process at once with status 130, as llama-server does, for a user who does
 // not want to wait for the grace period. A handler (not sigwait with the signals blocked) catches
 // them: under an MPI launcher the MPI library's own threads, started before this, do not block
-// them, and the signal may be delivered to any of them.
+// them, and the signal may be delivered to any of them (or to the waiter thread, the only later
+// thread that does not block them).
 std::atomic<int> g_signals{0};
 std::atomic<int> g_signal_no{0};
 std::atomic<pid_t> g_signal_sender{0};
@@ -114,17 +115,29 @@ class SignalWaiter {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
-    thread_ = std::thread([this] {
-      char c = 0;
-      while (::read(fds_[0], &c, 1) < 0 && errno == EINTR) {
+    // Blocked in this thread and every thread started after it (the HTTP threads' system calls
+    // are never interrupted); the waiter thread unblocks them for itself.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    thread_ = std::thread([this, set] {
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+      // Stays in read() until the destructor: a second signal is delivered here (or to an MPI
+      // thread) and its handler exits.
+      for (;;) {
+        char c = 0;
+        const ssize_t n = ::read(fds_[0], &c, 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0 || c != 's') return;  // woken by the destructor
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          signalled_ = g_signal_no.load();
+          sender_ = g_signal_sender.load();
+        }
+        cv_.notify_all();
       }
-      if (c != 's') return;  // woken by the destructor
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        signalled_ = g_signal_no.load();
-        sender_ = g_signal_sender.load();
-      }
-      cv_.notify_all();
     });
   }
   ~SignalWaiter() {
