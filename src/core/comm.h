@@ -22,6 +22,9 @@ struct CommCounters {
   uint64_t collectives = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  /// Wall seconds inside the transport's calls (0 for the size-1 communicator): waiting for the
+  /// slowest rank included, so it is the time a rank is not computing.
+  double seconds = 0;
 };
 
 class Comm {

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <string>
@@ -27,6 +28,19 @@ void check(int rc, int rank, const char* call) {
   if (rc != MPI_SUCCESS) throw Error("rank " + std::to_string(rank) + ": " + call + " failed: " + mpi_error_text(rc));
 }
 
+/// Adds the wall seconds of its scope to `s` (CommCounters::seconds).
+class Timed {
+ public:
+  explicit Timed(double& s) : s_(s), t0_(std::chrono::steady_clock::now()) {}
+  ~Timed() { s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  double& s_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 class MpiComm final : public Comm {
  public:
   MpiComm() {
@@ -48,6 +62,7 @@ class MpiComm final : public Comm {
 
   void allgatherv(const void* mine, std::span<const int64_t> counts, void* out) override {
     account_allgatherv(counts);
+    const Timed timed(counters_.seconds);
     const int n = size_;
     std::vector<int64_t> displ(static_cast<size_t>(n));
     for (int r = 1; r < n; ++r) displ[r] = displ[r - 1] + counts[r - 1];
@@ -93,6 +108,7 @@ class MpiComm final : public Comm {
 
   void broadcast(void* data, int64_t bytes, int root) override {
     account_broadcast(bytes, root);
+    const Timed timed(counters_.seconds);
     auto* p = static_cast<uint8_t*>(data);
     for (int64_t off = 0; off < bytes; off += INT_MAX) {
       const int n = static_cast<int>(std::min<int64_t>(INT_MAX, bytes - off));
@@ -117,14 +133,14 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   check(MPI_Initialized(&inited), 0, "MPI_Initialized");
   if (inited) throw Error("MPI: MPI_Init_thread: MPI is already initialized in this process");
   int provided = 0;
-  check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), 0, "MPI_Init_thread");
+  check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), 0, "MPI_Init_thread");
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), rank, "MPI_Comm_set_errhandler");
-  if (provided < MPI_THREAD_FUNNELED) {
+  if (provided < MPI_THREAD_SERIALIZED) {
     MPI_Finalize();
     throw Error("rank " + std::to_string(rank) + ": MPI_Init_thread: the MPI library provides thread level " +
-                std::to_string(provided) + ", below MPI_THREAD_FUNNELED");
+                std::to_string(provided) + ", below MPI_THREAD_SERIALIZED");
   }
   world_ = std::make_shared<MpiComm>();
 }

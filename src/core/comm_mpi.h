@@ -9,13 +9,14 @@
 
 namespace k3 {
 
-/// MPI_Init_thread(MPI_THREAD_FUNNELED) at construction (only the main thread calls MPI; OpenMP
-/// threads run between the calls), MPI_Finalize at destruction. MPI errors return codes
+/// MPI_Init_thread(MPI_THREAD_SERIALIZED) at construction (one thread at a time calls MPI: the
+/// main thread, or `k3 serve`'s engine thread while the main thread waits; OpenMP threads run
+/// between the calls), MPI_Finalize at destruction. MPI errors return codes
 /// (MPI_ERRORS_RETURN) that become k3::Error naming the rank and the call. One per process.
 class MpiSession {
  public:
   /// Errors: k3::Error when MPI was already initialized, or the library offers less than
-  /// MPI_THREAD_FUNNELED, or MPI_Init_thread fails.
+  /// MPI_THREAD_SERIALIZED, or MPI_Init_thread fails.
   MpiSession(int* argc, char*** argv);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <exception>
+#include <future>
 
 #include "io/model_summary.h"
 #include "model/sequence_state.h"
 #include "runtime/scheduler_slot.h"
+#include "runtime/step_plan.h"
 
 namespace k3 {
 
@@ -87,7 +90,22 @@ Scheduler::Scheduler(const Model& model, Options opt) : model_(model), opt_(opt)
   }
   kept_.resize(static_cast<size_t>(opt_.n_parallel));
   busy_.assign(static_cast<size_t>(opt_.n_parallel), false);
-  thread_ = std::thread([this] { engine_loop(); });
+  if (grouped() && opt_.group->rank() != 0) accepting_ = false;  // requests arrive in rank 0's plans
+  thread_ = std::thread([this] {
+    if (grouped() && opt_.group->rank() != 0) follower_loop();
+    else engine_loop();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+  });
+}
+
+void Scheduler::wait_stopped() {
+  if (!grouped() || opt_.group->rank() == 0) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return stopped_; });
 }
 
 Scheduler::~Scheduler() {
@@ -149,7 +167,7 @@ void Scheduler::shutdown(bool finish) {
   accepting_ = false;
   if (!finish) cancel_all_ = true;
   cv_.notify_all();
-  cv_.wait(lk, [&] { return queue_.empty() && stats_.running == 0; });
+  cv_.wait(lk, [&] { return stopped_ || (queue_.empty() && stats_.running == 0); });
 }
 
 SchedulerStats Scheduler::stats() const {
@@ -182,10 +200,23 @@ void Scheduler::engine_loop() {
   std::vector<std::unique_ptr<Slot>> slots;
   std::vector<Pending> admitting;
   for (;;) {
+    std::deque<std::shared_ptr<SlotCommand>> commands;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_thread_ || !queue_.empty() || !slots.empty(); });
-      if (stop_thread_ && queue_.empty() && slots.empty()) return;
+      cv_.wait(lk, [&] { return stop_thread_ || !queue_.empty() || !slots.empty() || !commands_.empty(); });
+      if (stop_thread_ && queue_.empty() && slots.empty() && commands_.empty()) {
+        lk.unlock();
+        if (grouped()) {
+          StepPlan stop;
+          stop.stop = true;
+          try {
+            broadcast_plan(*opt_.group, stop);
+          } catch (const std::exception& ex) {
+            group_fail(std::string("scheduler: the stop plan did not reach the ranks: ") + ex.what());
+          }
+        }
+        return;
+      }
       if (cancel_all_) {
         for (Pending& p : queue_) {
           p.handle->cancel();
@@ -202,8 +233,30 @@ void Scheduler::engine_loop() {
         admitting.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
+      commands.swap(commands_);
       stats_.waiting = static_cast<int64_t>(queue_.size());
       stats_.running = static_cast<int64_t>(slots.size() + admitting.size());
+    }
+    // The cancellations this step acts on, read once (a client may cancel at any time).
+    for (auto& s : slots) s->cancel_seen = s->handle->cancelled();
+    if (grouped()) {  // the plan of this step for the other ranks
+      StepPlan plan;
+      for (const Pending& p : admitting) plan.admit.push_back(p.req);
+      for (const auto& s : slots)
+        if (s->cancel_seen) plan.cancel.push_back(s->id);
+      for (const auto& c : commands) plan.slot_ops.push_back(c->op);
+      try {
+        broadcast_plan(*opt_.group, plan);
+      } catch (const std::exception& ex) {
+        group_fail(std::string("scheduler: the step plan did not reach the ranks: ") + ex.what());
+      }
+    }
+    for (const auto& c : commands) {
+      try {
+        c->result.set_value(run_slot_op(c->op.kind, c->op.id, c->op.file, c->op.fingerprint));
+      } catch (...) {
+        c->result.set_exception(std::current_exception());
+      }
     }
     for (Pending& p : admitting) admit(std::move(p), slots);
     admitting.clear();
@@ -229,6 +282,76 @@ void Scheduler::engine_loop() {
   }
 }
 
+void Scheduler::follower_loop() {
+  std::vector<std::unique_ptr<Slot>> slots;
+  for (;;) {
+    StepPlan plan;
+    try {
+      broadcast_plan(*opt_.group, plan);
+    } catch (const std::exception& ex) {
+      group_fail(std::string("scheduler: no step plan from rank 0: ") + ex.what());
+    }
+    if (plan.stop) {
+      if (!slots.empty()) group_fail("scheduler: rank 0 stopped while this rank still runs sequences (internal)");
+      return;
+    }
+    for (auto& s : slots)
+      s->cancel_seen = std::find(plan.cancel.begin(), plan.cancel.end(), s->id) != plan.cancel.end();
+    for (const StepPlan::SlotOp& op : plan.slot_ops) {
+      try {
+        run_slot_op(op.kind, op.id, op.file, op.fingerprint);
+      } catch (const std::exception&) {  // rank 0 answers the request with the error
+      }
+    }
+    for (SeqRequest& r : plan.admit)
+      admit(Pending{std::move(r), std::make_shared<SeqHandle>(std::chrono::steady_clock::now())}, slots);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stats_.running = static_cast<int64_t>(slots.size());
+    }
+    if (!slots.empty()) step(slots);
+  }
+}
+
+void Scheduler::group_fail(const std::string& what) {
+  if (opt_.log) opt_.log(what + " (rank " + std::to_string(opt_.group->rank()) + "; ending every rank)");
+  std::fprintf(stderr, "k3: rank %d: %s: ending every rank\n", opt_.group->rank(), what.c_str());
+  if (opt_.group_failed) opt_.group_failed(what);
+  opt_.group->abort(1);
+}
+
+void Scheduler::check_same_batch(const std::vector<std::unique_ptr<Slot>>& slots,
+                                 const std::vector<BatchEntry>& batch, const std::vector<size_t>& who) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(batch.size());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    mix(static_cast<uint64_t>(slots[who[b]]->id));
+    mix(static_cast<uint64_t>(batch[b].seq->n_past()));
+    mix(batch[b].tokens.size());
+    for (int32_t id : batch[b].tokens) mix(static_cast<uint32_t>(id));
+    mix(static_cast<uint64_t>(batch[b].logits));
+    mix(batch[b].per_token ? 1 : 0);
+  }
+  Comm& c = *opt_.group;
+  std::vector<uint64_t> all(static_cast<size_t>(c.size()));
+  try {
+    c.allgatherv(&h, std::vector<int64_t>(static_cast<size_t>(c.size()), 8), all.data());
+  } catch (const std::exception& ex) {
+    group_fail(std::string("scheduler: the batch check failed: ") + ex.what());
+  }
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      group_fail("scheduler: rank " + std::to_string(r) +
+                 "'s engine step differs from rank 0's (sequences, positions or ids): the ranks no longer run the "
+                 "same batch");
+}
+
 void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   uint64_t n_finished = 0, n_prompt_fed = 0, n_sampled = 0;
   uint64_t n_verifies = 0, n_drafted = 0, n_accepted = 0;
@@ -242,7 +365,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   };
   // 1. Cancellations seen since the last step free their slots.
   for (size_t i = 0; i < slots.size(); ++i)
-    if (slots[i]->handle->cancelled())
+    if (slots[i]->cancel_seen)
       finish(i, done_event(FinishReason::Cancelled, static_cast<int64_t>(slots[i]->prefilled), slots[i]->n_generated));
   std::erase(slots, nullptr);
 
@@ -250,6 +373,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   std::vector<BatchEntry> batch;
   std::vector<size_t> who;
   build_batch(slots, batch, who);
+  if (grouped()) check_same_batch(slots, batch, who);
   if (batch.empty()) return;
 
   // 3. One forward for the whole batch.
@@ -257,6 +381,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
   try {
     logits = model_.forward_batch(batch);
   } catch (const std::exception& ex) {
+    // Under N ranks a forward that failed on one rank left the sequence of collectives.
+    if (grouped()) group_fail(std::string("scheduler: the forward failed: ") + ex.what());
     for (size_t i : who) {
       SeqEvent e = done_event(FinishReason::Error, static_cast<int64_t>(slots[i]->prefilled), slots[i]->n_generated);
       e.error = ex.what();

@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/comm.h"
 #include "core/error.h"
 #include "model/k3_model.h"
 #include "runtime/generator.h"
@@ -77,6 +78,9 @@ struct SeqEvent {
   FinishReason finish = FinishReason::Stop;
   int32_t stop_id = -1;                        ///< the stop id when finish == Stop by a stop id
   std::string error;                           ///< when finish == Error
+  /// With finish == Error: the engine cannot run any request (the group of ranks failed, the
+  /// server answers 503), rather than this request failing.
+  bool unavailable = false;
   int64_t n_prompt = 0;                        ///< on the last event: prompt ids prefilled
   int64_t n_generated = 0;                     ///< on the last event: ids sampled (a final stop id included)
   int64_t n_drafted = 0;                       ///< on the last event: draft ids verified (speculative decoding)
@@ -181,6 +185,20 @@ class Scheduler {
     /// from (SchedulerStats::absorbed_errors_total), e.g. "scheduler: prefix-cache store
     /// failed: ...". Called on the engine thread; may be empty (the line is dropped).
     std::function<void(const std::string&)> log;
+    /// The ranks of `mpirun -np N k3 serve` (null or size 1: one process). Every rank builds its
+    /// Scheduler with the same options over its shard of the model. Rank 0's takes submit() and
+    /// the /slots calls and, before each engine step, broadcasts a StepPlan (step_plan.h: the
+    /// admitted requests, the cancelled slot ids, /slots commands, the stop); the other ranks'
+    /// engines execute the plans (their submit() is not called) until rank 0's stops, running
+    /// the same admissions, prefix-cache lookups and stores, drafts, forwards (with their
+    /// collectives), samplers and rollbacks on their own part of each state. Before each
+    /// forward the ranks compare a hash of the batch (one all-gather of 8 bytes); a difference,
+    /// or an error inside the forward, ends the whole group (Comm::abort(1)), since a rank that
+    /// left the common sequence of collectives would leave the others waiting.
+    std::shared_ptr<Comm> group = nullptr;
+    /// Options::group: called with the reason (on the engine thread) just before the group
+    /// ends (Comm::abort), e.g. to answer the running requests with an error; may be empty.
+    std::function<void(const std::string&)> group_failed;
   };
 
   /// What save_slot() / restore_slot() / erase_slot() did.
@@ -223,6 +241,14 @@ class Scheduler {
   SlotFileResult restore_slot(int64_t id, const std::filesystem::path& file, const std::string& fingerprint);
   /// Drops slot `id`'s kept state. Errors: id out of range, keep_slot_states off.
   SlotFileResult erase_slot(int64_t id);
+  // Under Options::group (N ranks) on rank 0, save_slot / restore_slot / erase_slot run on every
+  // rank at the next engine step (rank r > 0 with its part in the file step_plan.h rank_file
+  // names) and return when all ranks are done; a failure on any rank is the error, naming the
+  // rank (a restore that failed on some ranks only leaves the slot keeping nothing on all).
+
+  /// Ranks other than 0 of Options::group: waits until rank 0's scheduler stops (its destructor
+  /// broadcasts the stop). Returns at once on rank 0 and in one process.
+  void wait_stopped();
   /// Per slot: running or not and the tokens of its kept state (for GET /slots).
   std::vector<std::pair<bool, int64_t>> slot_summary() const;
   /// Upper bound of the state bytes of one sequence at n_ctx tokens (KDA + conv + MLA cache),
@@ -233,11 +259,29 @@ class Scheduler {
 
  private:
   struct Slot;
+  struct SlotCommand;
   struct Pending {
     SeqRequest req;
     std::shared_ptr<SeqHandle> handle;
   };
   void engine_loop();
+  /// The engine loop of ranks other than 0 (Options::group): executes rank 0's plans.
+  void follower_loop();
+  /// True under Options::group with more than one rank.
+  bool grouped() const { return opt_.group && opt_.group->size() > 1; }
+  /// Options::group: ends the whole group after `what` (logged first).
+  [[noreturn]] void group_fail(const std::string& what);
+  /// Options::group: every rank's hash of this step's batch must equal rank 0's (group_fail).
+  void check_same_batch(const std::vector<std::unique_ptr<Slot>>& slots, const std::vector<BatchEntry>& batch,
+                        const std::vector<size_t>& who);
+  /// Runs a /slots command of a plan on this rank; returns rank 0's result, or throws the first
+  /// failing rank's error (collective: the ranks all-gather their errors).
+  SlotFileResult run_slot_op(int kind, int64_t id, const std::string& file, const std::string& fingerprint);
+  /// A /slots call on rank 0 under Options::group: queued for the next plan, waited for.
+  SlotFileResult queue_slot_op(int kind, int64_t id, const std::filesystem::path& file, const std::string& fingerprint);
+  SlotFileResult save_slot_here(int64_t id, const std::filesystem::path& file, const std::string& fingerprint);
+  SlotFileResult restore_slot_here(int64_t id, const std::filesystem::path& file, const std::string& fingerprint);
+  SlotFileResult erase_slot_here(int64_t id);
   /// Ends every queued request whose handle was cancelled (caller holds mu_).
   void drop_cancelled_locked();
   /// One engine step over the running slots: cancellations, the batch, one forward_batch, then
@@ -276,6 +320,8 @@ class Scheduler {
   bool accepting_ = true;
   bool stop_thread_ = false;
   bool cancel_all_ = false;
+  bool stopped_ = false;  ///< the engine loop has ended (wait_stopped)
+  std::deque<std::shared_ptr<SlotCommand>> commands_;  ///< rank 0 under Options::group: /slots calls for the next plan
   SchedulerStats stats_;
   std::thread thread_;
 };

@@ -157,6 +157,85 @@ void Scheduler::retire(Slot& s) {
 
 Scheduler::SlotFileResult Scheduler::save_slot(int64_t id, const std::filesystem::path& file,
                                                const std::string& fingerprint) {
+  if (grouped()) return queue_slot_op(StepPlan::SlotOp::Save, id, file, fingerprint);
+  return save_slot_here(id, file, fingerprint);
+}
+
+Scheduler::SlotFileResult Scheduler::restore_slot(int64_t id, const std::filesystem::path& file,
+                                                  const std::string& fingerprint) {
+  if (grouped()) return queue_slot_op(StepPlan::SlotOp::Restore, id, file, fingerprint);
+  return restore_slot_here(id, file, fingerprint);
+}
+
+Scheduler::SlotFileResult Scheduler::erase_slot(int64_t id) {
+  if (grouped()) return queue_slot_op(StepPlan::SlotOp::Erase, id, {}, {});
+  return erase_slot_here(id);
+}
+
+Scheduler::SlotFileResult Scheduler::queue_slot_op(int kind, int64_t id, const std::filesystem::path& file,
+                                                   const std::string& fingerprint) {
+  if (opt_.group->rank() != 0) throw Error("/slots: called on rank " + std::to_string(opt_.group->rank()) + " (internal)");
+  auto c = std::make_shared<SlotCommand>();
+  c->op.kind = static_cast<StepPlan::SlotOp::Kind>(kind);
+  c->op.id = id;
+  c->op.file = file.string();
+  c->op.fingerprint = fingerprint;
+  std::future<SlotFileResult> f = c->result.get_future();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_thread_ || stopped_) throw Error("the server is shutting down");
+    commands_.push_back(std::move(c));
+  }
+  cv_.notify_all();
+  return f.get();
+}
+
+Scheduler::SlotFileResult Scheduler::run_slot_op(int kind, int64_t id, const std::string& file,
+                                                 const std::string& fingerprint) {
+  SlotFileResult r;
+  std::string err;
+  const int rank = grouped() ? opt_.group->rank() : 0;
+  try {
+    switch (kind) {
+      case StepPlan::SlotOp::Save: r = save_slot_here(id, rank_file(file, rank), fingerprint); break;
+      case StepPlan::SlotOp::Restore: r = restore_slot_here(id, rank_file(file, rank), fingerprint); break;
+      default: r = erase_slot_here(id); break;
+    }
+  } catch (const std::exception& ex) {
+    err = ex.what();
+    if (err.empty()) err = "failed";
+  }
+  if (!grouped()) {
+    if (!err.empty()) throw Error(err);
+    return r;
+  }
+  // Every rank learns every rank's error: the same decision everywhere.
+  Comm& c = *opt_.group;
+  const size_t n = static_cast<size_t>(c.size());
+  const int64_t len = static_cast<int64_t>(err.size());
+  std::vector<int64_t> lens(n);
+  c.allgatherv(&len, std::vector<int64_t>(n, 8), lens.data());
+  int64_t total = 0;
+  for (int64_t l : lens) total += l;
+  std::string all(static_cast<size_t>(total), '\0');
+  c.allgatherv(err.data(), lens, all.data());
+  std::string first;
+  int64_t off = 0, failed = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (lens[k] > 0) {
+      ++failed;
+      if (first.empty()) first = (n > 1 && k > 0 ? "rank " + std::to_string(k) + ": " : "") + all.substr(static_cast<size_t>(off), static_cast<size_t>(lens[k]));
+    }
+    off += lens[k];
+  }
+  if (failed == 0) return r;
+  // A restore that only some ranks made leaves the slot keeping nothing on every rank.
+  if (kind == StepPlan::SlotOp::Restore && failed < static_cast<int64_t>(n)) erase_slot_here(id);
+  throw Error(first);
+}
+
+Scheduler::SlotFileResult Scheduler::save_slot_here(int64_t id, const std::filesystem::path& file,
+                                                    const std::string& fingerprint) {
   if (id < 0 || id >= opt_.n_parallel)
     throw Error("slot id " + std::to_string(id) + " outside [0, " + std::to_string(opt_.n_parallel) + ")");
   if (!opt_.keep_slot_states) throw Error("slot states are not kept (start the server with --slot-save-path)");
@@ -182,8 +261,8 @@ Scheduler::SlotFileResult Scheduler::save_slot(int64_t id, const std::filesystem
   return r;
 }
 
-Scheduler::SlotFileResult Scheduler::restore_slot(int64_t id, const std::filesystem::path& file,
-                                                  const std::string& fingerprint) {
+Scheduler::SlotFileResult Scheduler::restore_slot_here(int64_t id, const std::filesystem::path& file,
+                                                       const std::string& fingerprint) {
   if (id < 0 || id >= opt_.n_parallel)
     throw Error("slot id " + std::to_string(id) + " outside [0, " + std::to_string(opt_.n_parallel) + ")");
   if (!opt_.keep_slot_states) throw Error("slot states are not kept (start the server with --slot-save-path)");
@@ -230,7 +309,7 @@ Scheduler::SlotFileResult Scheduler::restore_slot(int64_t id, const std::filesys
   return r;
 }
 
-Scheduler::SlotFileResult Scheduler::erase_slot(int64_t id) {
+Scheduler::SlotFileResult Scheduler::erase_slot_here(int64_t id) {
   if (id < 0 || id >= opt_.n_parallel)
     throw Error("slot id " + std::to_string(id) + " outside [0, " + std::to_string(opt_.n_parallel) + ")");
   if (!opt_.keep_slot_states) throw Error("slot states are not kept (start the server with --slot-save-path)");

@@ -2,12 +2,14 @@
 // scheduler_admission.cpp: admission, retirement and kept slot states; scheduler_batch.cpp: the
 // batch of one step). Not part of the public API.
 #pragma once
+#include <future>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "runtime/scheduler.h"
 #include "runtime/sequence_decoder.h"
+#include "runtime/step_plan.h"
 
 namespace k3 {
 
@@ -27,6 +29,9 @@ struct Scheduler::Slot {
   PrefixCache::Pin pin;       ///< the cached blocks this sequence uses
   int64_t id = 0;             ///< slot id in [0, n_parallel)
   bool from_kept = false;     ///< continues a kept slot state: its blocks are not cached
+  /// The sequence ends as cancelled at the next step: the handle's flag as the engine read it
+  /// before the step (rank 0, one process), or the step plan's (other ranks, Options::group).
+  bool cancel_seen = false;
   /// keep_slot_states: where the kept state is cut (PrefillGrid::resume_point of the prompt;
   /// 0 = none), and the KDA state there (SequenceState::snapshot), taken when prefill reaches it.
   int64_t kept_point = 0;
@@ -53,6 +58,12 @@ struct Scheduler::Slot {
         decoder(std::move(lim), grid) {
     for (int32_t id : req.prompt) sampler.accept(id);  // llama.cpp's penalty history
   }
+};
+
+/// A /slots call on rank 0 under Options::group, waiting for the next plan (engine_loop).
+struct Scheduler::SlotCommand {
+  StepPlan::SlotOp op;
+  std::promise<SlotFileResult> result;
 };
 
 /// The extra_json key of a slot state file (save_slot): {"slot": {"exact_resume": true, "grain": g}}.

@@ -259,11 +259,274 @@ class Cases:
         for f in (f1, f2, f2 + ".rank1of2"):
             os.remove(f)
 
-    def case_refuse_serve_np2(self):
-        p = launch([(2, [self.k3, "serve", "-m", MINI, "--port", "0"])])
-        assert p.returncode != 0 and "k3 serve runs as one process in this version" in p.stderr, p.stderr
-        assert "docs/distributed.md" in p.stderr, p.stderr
+    def case_chat_np2(self):
+        """`k3 chat` reads stdin on rank 0 and broadcasts each turn: the answers equal one process's
+        (Open MPI gives rank 0 a terminal for stdout, so the dimmed notices' escapes are dropped)."""
+        args = [self.k3, "chat", "-m", MINI, "--temp", "0", "-n", "12", "--no-think"]
+        lines = "Hello there\nWhat is light?\n"
+        e = dict(os.environ, OMP_NUM_THREADS="1")
+        a = subprocess.run(args, input=lines, capture_output=True, text=True, timeout=TIMEOUT, env=e)
+        b = subprocess.run(launcher() + ["-np", "2"] + args, input=lines, capture_output=True, text=True,
+                           timeout=TIMEOUT, env=e)
+        ok(a, "one process")
+        ok(b, "2 ranks")
+        strip = lambda t: re.sub(r"\x1b\[[0-9;]*m", "", t).replace("\r\n", "\n")  # noqa: E731
+        assert strip(a.stdout).count("-n limit") == 2, a.stdout
+        assert strip(a.stdout) == strip(b.stdout), f"2 ranks: {b.stdout!r} vs one process {a.stdout!r}"
 
+    # --- k3 serve across ranks (rank 0 serves HTTP and broadcasts a step plan per engine step) ---
+    def serve(self, n: int, model: str, extra: list[str] | None = None, ctx: int = 1024) -> "Served":
+        """`k3 serve` on 127.0.0.1 (a free port): under the launcher when n > 1, else alone."""
+        argv = [self.k3, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "--temp", "0",
+                "-c", str(ctx), "--parallel", "2", "--cache-ram", "64", "--alias", "m"] + (extra or [])
+        cmd = launcher() + ["-np", str(n)] + argv if n > 1 else argv
+        return Served(cmd, os.path.join(self.work, f"serve-{n}-{os.getpid()}.log"))
+
+    def completions(self, srv: "Served", prompts: list[str], n_tok: int = 12, concurrent: bool = False,
+                    stream: bool = False) -> list[str]:
+        """Greedy completions of `prompts` through the openai client (all at once when concurrent)."""
+        import openai  # tools/requirements.txt
+        from concurrent.futures import ThreadPoolExecutor
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="none", max_retries=0,
+                               timeout=120)
+
+        def one(p: str) -> str:
+            if stream:
+                return "".join(c.choices[0].text for c in client.completions.create(
+                    model="m", prompt=p, max_tokens=n_tok, temperature=0, stream=True) if c.choices)
+            return client.completions.create(model="m", prompt=p, max_tokens=n_tok, temperature=0).choices[0].text
+
+        if not concurrent:
+            return [one(p) for p in prompts]
+        with ThreadPoolExecutor(len(prompts)) as ex:
+            return list(ex.map(one, prompts))
+
+    def serve_equal(self, model: str, n: int) -> None:
+        """Greedy texts over the openai client: one after another (a later prompt extends an
+        earlier one: prefix-cache reuse), then concurrently (batched steps), equal to one process."""
+        base = "And God said, Let there be light: and there was light. " * 16
+        seq = [base, base + "And God saw the light", "In the beginning"]
+        conc = ["And the earth was", "without form, and void", "Let there be", "and darkness was"]
+        with self.serve(1, model) as one:
+            a_seq = self.completions(one, seq)
+            a_conc = self.completions(one, conc, concurrent=True, stream=True)
+        with self.serve(n, model) as many:
+            b_seq = self.completions(many, seq)
+            b_conc = self.completions(many, conc, concurrent=True, stream=True)
+            reused = many.metric("k3:prefix_cache_hits_total")
+        assert a_seq == b_seq, f"{n} ranks: {b_seq!r} vs one process {a_seq!r}"
+        assert a_conc == b_conc, f"{n} ranks (concurrent): {b_conc!r} vs one process {a_conc!r}"
+        assert all(len(t) > 0 for t in a_seq + a_conc), a_seq + a_conc
+        assert reused is not None and reused >= 64, f"no prefix-cache reuse across requests: {reused}"
+        assert many.returncode == 0, many.log()
+        assert f"{n} ranks" in many.log(), many.log()
+
+    def case_serve_mini_np2(self):
+        self.serve_equal(MINI, 2)
+
+    def case_serve_prompt_lookup_np2(self):  # speculative decoding: drafts verified on every rank
+        base = "And God said, Let there be light: and there was light. " * 16
+        flags = ["--spec-type", "ngram-simple", "--draft-max", "4"]
+        with self.serve(1, MINI, flags) as one:
+            a = self.completions(one, [base], 24)
+        with self.serve(2, MINI, flags) as many:
+            b = self.completions(many, [base], 24)
+            drafted = many.metric("k3:spec_drafted_total")
+        assert a == b, f"2 ranks: {b!r} vs one process {a!r}"
+        assert drafted and drafted > 0, f"no drafts verified: {drafted}"
+        assert many.returncode == 0, many.log()
+
+    def case_serve_idle_rank_np4(self):  # 3 experts on 4 ranks: rank 3 holds none, still steps
+        self.serve_equal(self.tiny("few_experts"), 4)
+
+    def case_serve_slots_np2(self):
+        """/slots save under 2 ranks writes FILE (rank 0) and FILE.rank1; after erase and restore
+        (every rank its own part) a request extending the kept prompt equals one process's."""
+        import urllib.request
+        slots = os.path.join(self.work, f"slots-{os.getpid()}")
+        shutil.rmtree(slots, ignore_errors=True)
+        os.makedirs(slots, mode=0o700)
+        base = "And God said, Let there be light: and there was light. " * 8
+        flags = ["--slot-save-path", slots, "--no-cache"]
+
+        def post(srv, path, body):
+            req = urllib.request.Request(f"http://127.0.0.1:{srv.port}{path}", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        with self.serve(1, MINI, flags) as one:
+            want = self.completions(one, [base + "And God saw"])
+        with self.serve(2, MINI, flags) as many:
+            self.completions(many, [base])
+            st, r = post(many, "/slots/0?action=save", {"filename": "s.bin"})
+            assert st == 200, r
+            assert os.path.exists(os.path.join(slots, "s.bin")) and os.path.exists(os.path.join(slots, "s.bin.rank1"))
+            assert post(many, "/slots/0?action=erase", {})[0] == 200
+            st, r = post(many, "/slots/0?action=restore", {"filename": "s.bin"})
+            assert st == 200 and r.get("n_restored", r.get("n_tokens", 1)) > 0, r
+            got = self.completions(many, [base + "And God saw"])
+            st, r = post(many, "/slots/0?action=restore", {"filename": "missing.bin"})
+            assert st >= 400 and "missing.bin" in json.dumps(r), (st, r)
+        assert got == want, f"2 ranks after restore: {got!r} vs one process {want!r}"
+        assert many.returncode == 0, many.log()
+
+    def case_serve_killed_rank_np2(self):
+        """kill -9 of rank 1 while a request streams: the client gets an error (503 body or a
+        closed connection), the group exits non-zero within 10 s, no hang."""
+        import time
+        import urllib.request
+        import threading
+        srv = self.serve(2, MINI, ctx=16384)  # a stream of 16000 tokens outlasts the kill by seconds
+        with srv:
+            result = {"body": ""}
+            first = threading.Event()
+
+            def request():  # rank 1 is killed at the stream's first chunk
+                body = json.dumps({"model": "m", "prompt": "And God said", "max_tokens": 16000, "temperature": 0,
+                                   "ignore_eos": True, "stream": True}).encode()
+                req = urllib.request.Request(f"http://127.0.0.1:{srv.port}/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=60) as r:
+                        for line in r:
+                            result["body"] += line.decode(errors="replace")
+                            first.set()
+                except Exception as e:  # noqa: BLE001 - a closed connection is an error too
+                    result["error"] = repr(e)
+                first.set()
+
+            t = threading.Thread(target=request)
+            t.start()
+            assert first.wait(60), "no first chunk"
+            os.kill(srv.rank_pid(1), 9)
+            t0 = time.monotonic()
+            code = srv.wait(20)
+            took = time.monotonic() - t0
+            t.join(30)
+        assert code is not None and code != 0, f"the group did not exit non-zero: {code}\n{srv.log()}"
+        assert took < 10, f"the group took {took:.1f} s to end after rank 1 died"
+        print(f"the group ended {took:.2f} s after rank 1 was killed")
+        body = result.get("body", "")
+        assert '"error"' in body and "503" in body and "unavailable" in body, f"no 503 error body: {result}"
+        assert "from the launcher" in srv.log(), srv.log()
+
+    def case_serve_sigterm_np2(self):
+        """SIGTERM to rank 0 while a 300-token stream runs: the stream finishes (all its tokens,
+        finish_reason "length"), every rank stops, exit 0."""
+        import signal
+        import threading
+        import urllib.request
+        srv = self.serve(2, MINI)
+        with srv:
+            out = {"body": ""}
+            first = threading.Event()
+
+            def request():
+                body = json.dumps({"model": "m", "prompt": "And God said", "max_tokens": 300, "temperature": 0,
+                                   "ignore_eos": True, "stream": True}).encode()
+                req = urllib.request.Request(f"http://127.0.0.1:{srv.port}/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    for line in r:
+                        out["body"] += line.decode(errors="replace")
+                        first.set()
+                first.set()
+
+            t = threading.Thread(target=request)
+            t.start()
+            assert first.wait(60), "no first chunk"
+            os.kill(srv.rank_pid(0), signal.SIGTERM)
+            code = srv.wait(30)
+            t.join(30)
+        assert code == 0, f"exit {code}\n{srv.log()}"
+        chunks = [json.loads(x[6:]) for x in out["body"].splitlines() if x.startswith("data: {")]
+        assert chunks and chunks[-1]["choices"][0]["finish_reason"] == "length", out["body"][-500:]
+        assert out["body"].rstrip().endswith("data: [DONE]"), out["body"][-200:]
+        assert "SIGTERM: stopping" in srv.log() and "stopped" in srv.log(), srv.log()
+
+
+class Served:
+    """A `k3 serve` (or its launcher) started by Cases.serve; stops it on exit."""
+
+    def __init__(self, cmd: list[str], log_path: str):
+        self.log_path = log_path
+        self.logf = open(log_path, "w")
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        self.returncode = None
+        self.port = None
+        import time
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            log = self.log()
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log)
+            if m and "ready:" in log:
+                self.port = int(m.group(1))
+                break
+            time.sleep(0.1)
+        if self.port is None:
+            self.kill()
+            raise AssertionError("k3 serve did not start:\n" + self.log())
+
+    def log(self) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def metric(self, name: str) -> float | None:
+        import urllib.request
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10).read().decode()
+        m = re.search(r"^" + re.escape(name) + r"(?:\{[^}]*\})? ([0-9.e+-]+)$", text, re.M)
+        return float(m.group(1)) if m else None
+
+    def rank_pid(self, rank: int) -> int:
+        """The pid of `rank` among the processes of this launch (by the launcher's rank variable)."""
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                if os.getsid(int(pid)) != self.proc.pid:
+                    continue
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            for v in (b"OMPI_COMM_WORLD_RANK=", b"PMI_RANK="):
+                if v + str(rank).encode() in env and os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "k3":
+                    return int(pid)
+        raise AssertionError(f"no process of rank {rank} found")
+
+    def wait(self, timeout: float):
+        try:
+            self.returncode = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.returncode = None
+        return self.returncode
+
+    def kill(self):
+        import signal
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        if self.proc.poll() is None and self.returncode is None:
+            os.kill(self.rank_pid(0) if "mpirun" in " ".join(self.proc.args) or "mpiexec" in " ".join(self.proc.args)
+                    else self.proc.pid, signal.SIGTERM)
+            self.wait(30)
+        self.kill()
+        self.returncode = self.proc.returncode
+        self.logf.close()
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

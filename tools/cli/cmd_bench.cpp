@@ -156,12 +156,16 @@ void page_in(const k3::Checkpoint& ck, bool skip_experts) {
 }
 
 void run(const Options& o) {
-  k3cli::refuse_ranks("k3 bench");
+  // Under N ranks every rank runs the same measurements on its shard (the forwards are
+  // collective) and rank 0 prints; the communicator's counters of rank 0 per prefill and per
+  // decoded token are added (collectives, bytes sent and received, seconds inside them).
+  k3::Comm& comm = *k3cli::world();
   if (o.threads > 0) k3::set_num_threads(o.threads);
   const int nt = k3::num_threads();
   auto ck = k3::Checkpoint::open(o.model);
   k3::ModelOptions mo;
   mo.exec = o.numerics.exec(k3::default_numerics(), o.threads);
+  mo.comm = k3cli::world();
   const k3::Numerics numerics = *mo.exec.numerics;
   std::shared_ptr<k3::ExpertStore> store;
   if (o.stream_experts) {
@@ -172,6 +176,7 @@ void run(const Options& o) {
     mo.expert_store = store;
   }
   k3::Model model(*ck, mo);
+  k3cli::check_ranks(*ck, model);
   const k3::ModelConfig& c = model.config();
   const auto tp0 = Clock::now();
   page_in(*ck, o.stream_experts);
@@ -203,6 +208,7 @@ void run(const Options& o) {
       }
     }
   }
+  comm.reset_counters();
   for (int r = 0; r < o.reps; ++r) {
     auto s = model.new_sequence();
     const auto t0 = Clock::now();
@@ -215,6 +221,7 @@ void run(const Options& o) {
                       " prompt tokens) are not finite: logit of id " + std::to_string(bad) + " = " +
                       std::to_string(logits[static_cast<size_t>(bad)]) + "; " + k3::locate_nonfinite(model, prompt));
   }
+  const k3::CommCounters pp_comm = comm.counters();
   // decode: n single-token steps from an empty state (llama-bench tg), each timed run followed by
   // one pass of the weights probe (the first pass after the warm-up run is untimed)
   const double bytes_tok = decode_bytes_from_checkpoint(*ck);
@@ -234,8 +241,11 @@ void run(const Options& o) {
       throw k3::Error("bench: the logits of decode step " + std::to_string(o.gen) + " are not finite");
     return t;
   };
+  k3::CommCounters tg_comm;
   for (int r = 0; r <= o.reps; ++r) {  // r == 0 is the warm-up
+    if (r == 1) comm.reset_counters();
     const double t = decode_run();
+    if (r == o.reps) tg_comm = comm.counters();
     const k3::ReadBandwidth p = k3::measure_region_read_bandwidth(regions, 1, r == 0, o.pin);
     if (r == 0) continue;
     tg.push_back(t);
@@ -286,6 +296,14 @@ void run(const Options& o) {
   const double probe_gbs = median(wprobe);
   const double k3_tps_probe = probe_gbs * 1e9 / bytes_k3;
 
+  // rank 0's traffic per prefill of o.prompt tokens and per decoded token (timed runs only)
+  const double pp_runs = o.reps, tg_tokens = static_cast<double>(o.reps) * o.gen;
+  auto comm_json = [&](const k3::CommCounters& k, double per) {
+    return nlohmann::json{{"collectives", static_cast<double>(k.collectives) / per},
+                          {"bytes_sent", static_cast<double>(k.bytes_sent) / per},
+                          {"bytes_received", static_cast<double>(k.bytes_received) / per},
+                          {"seconds_in_collectives", k.seconds / per}};
+  };
   if (o.json) {
     nlohmann::json j = {{"model", o.model},
                         {"isa", isa},
@@ -310,6 +328,14 @@ void run(const Options& o) {
                           {"tokens_per_s_at_measured_gbs", k3_tps},
                           {"tokens_per_s_at_probe_gbs", k3_tps_probe}}},
                         {"page_in_s", t_page}};
+    if (comm.size() > 1) {
+      const k3::ModelShard& sh = model.shard();
+      j["ranks"] = {{"n", comm.size()},
+                    {"transport", comm.transport()},
+                    {"rank0_weight_bytes", sh.weight_bytes()},
+                    {"rank0_per_prefill", comm_json(pp_comm, pp_runs)},
+                    {"rank0_per_decode_token", comm_json(tg_comm, tg_tokens)}};
+    }
     if (o.profile) {
       nlohmann::json a = nlohmann::json::array();
       for (const auto& s : ops)
@@ -339,6 +365,17 @@ void run(const Options& o) {
   std::printf("  buffer %.0f MiB, 2 MiB pages: %s\n", bw_huge.bytes / 1048576.0, probe_line(bw_huge).c_str());
   std::printf("decode weight bytes/token: %.3f GB from the checkpoint, %.3f GB from the widths\n", bytes_tok / 1e9,
               bytes_formula / 1e9);
+  if (comm.size() > 1) {
+    auto line = [](const char* what, const k3::CommCounters& k, double per) {
+      std::printf("  %s: %.1f collectives, %.3f MB sent, %.3f MB received, %.3f ms in them\n", what,
+                  static_cast<double>(k.collectives) / per, static_cast<double>(k.bytes_sent) / per / 1e6,
+                  static_cast<double>(k.bytes_received) / per / 1e6, 1e3 * k.seconds / per);
+    };
+    std::printf("ranks: %d over %s; rank 0 holds %.3f GB of weights; rank 0's traffic:\n", comm.size(),
+                comm.transport().c_str(), static_cast<double>(model.shard().weight_bytes()) / 1e9);
+    line("per prefill", pp_comm, pp_runs);
+    line("per decoded token", tg_comm, tg_tokens);
+  }
   std::printf("prefill per token is %.1fx faster than decode per token\n", pp_tps / tg_tps);
   // The extrapolation keeps this model's layer widths and takes K3's depth and expert count, so
   // it is the full-K3 figure only for a model with K3's widths (tools/reference/gen_bench_model.py).

@@ -28,6 +28,7 @@
 
 #include "command.h"
 #include "ranks.h"
+#include "runtime/step_plan.h"
 #include "core/error.h"
 #include "flag_checks.h"
 #include "cache_flags.h"
@@ -187,7 +188,12 @@ class ThinkingView {
 };
 
 void run(const ChatCliOptions& o) {
-  k3cli::refuse_ranks("k3 chat");
+  // Under N ranks every rank runs this loop: rank 0 reads each line from stdin and broadcasts
+  // it (k3cli::share_line), every rank then makes the same decisions and the same forwards, and
+  // rank 0 alone prints. Each rank saves and loads its own part of a state (--state-save FILE:
+  // FILE on rank 0, FILE.rank<r> on rank r).
+  const int n_ranks = k3cli::world()->size();
+  const int rank = k3cli::world()->rank();
   if (o.effort != "low" && o.effort != "high" && o.effort != "max")
     throw k3::Error("--effort: expected low, high or max, found '" + o.effort + "'");
   if (o.thinking != "fold" && o.thinking != "full" && o.thinking != "hide")
@@ -201,6 +207,7 @@ void run(const ChatCliOptions& o) {
   k3::ModelOptions mo = o.gen.model_options();
   mo.progress = progress.fn();
   k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, mo, stream);
+  k3cli::check_ranks(*lm.checkpoint, *lm.model);
   o.gen.warm_up(lm, progress.fn());
   const k3::Tokenizer& tok = *lm.tokenizer;
 
@@ -218,8 +225,9 @@ void run(const ChatCliOptions& o) {
   if (!o.state_load.empty()) {
     if (!o.system.empty()) throw k3::Error("--system: the conversation comes from --state-load; give one of them");
     k3::SequenceFileMeta meta;
-    resume = k3::SequenceState::load(o.state_load, lm.model->config(), &meta, fingerprint);
+    resume = k3::SequenceState::load(k3::rank_file(o.state_load, rank), lm.model->config(), &meta, fingerprint);
     resume_ids = meta.ids;
+    k3cli::check_same_input({resume_ids}, "saved-state ids (--state-load)");
     const nlohmann::ordered_json extra =
         meta.extra_json.empty() ? nlohmann::ordered_json::object() : nlohmann::ordered_json::parse(meta.extra_json);
     if (!extra.contains("messages") || !extra["messages"].is_array())
@@ -249,7 +257,9 @@ void run(const ChatCliOptions& o) {
   go.n_batch = o.gen.n_batch;
   go.n_vocab = tok.vocab_size();
   if (!o.ignore_eos) go.stop_ids = lm.stop_ids();
-  go.cancel = &g_interrupted;
+  // Ctrl-C stops an answer in one process; under N ranks the launcher ends the job instead
+  // (one rank stopping alone would leave the others in the step's collectives).
+  go.cancel = n_ranks == 1 ? &g_interrupted : nullptr;
   go.on_prefill_progress = progress.fn();
   k3::LoadedModel draft;
   const std::unique_ptr<k3::Speculator> spec = o.spec.make(lm, sp, o.gen.model_options(), draft);
@@ -268,7 +278,9 @@ void run(const ChatCliOptions& o) {
   while (true) {
     if (tty_in) out("> ");
     bool too_long = false;
-    if (!read_line_bounded(std::cin, line, max_line, too_long)) break;
+    bool got = rank == 0 && read_line_bounded(std::cin, line, max_line, too_long);
+    if (n_ranks > 1) k3cli::share_line(got, too_long, line);
+    if (!got) break;
     if (too_long) {
       std::fprintf(
           stderr,
@@ -395,7 +407,7 @@ void run(const ChatCliOptions& o) {
       meta.ids = prompt;
       meta.extra_json = nlohmann::ordered_json({{"messages", messages}}).dump();
       try {
-        at_prompt.save(o.state_save, meta);  // written to a temporary file, then renamed onto the name
+        at_prompt.save(k3::rank_file(o.state_save, rank), meta);  // written to a temporary file, then renamed onto the name
       } catch (const k3::Error& e) {
         throw k3::Error(std::string("--state-save: ") + e.what());
       }

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <condition_variable>
@@ -59,6 +61,13 @@ struct ServeOptions {
   k3cli::SpecFlags spec;  // speculative decoding in the scheduler
 };
 
+// Answers every running request with 503 `why` (HandleRegistry::fail_all) and gives the HTTP
+// threads up to a second to write the answers, before the group ends.
+void fail_running(k3::server::HandleRegistry& handles, const std::string& why) {
+  handles.fail_all(why);
+  for (int i = 0; i < 100 && handles.size() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
 uint64_t physical_ram_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
@@ -70,43 +79,77 @@ std::string mib(uint64_t b) {
   return s;
 }
 
-// Waits for SIGINT/SIGTERM on its own thread (the signals are blocked everywhere else). The
-// first one starts the orderly stop (wait()); a second one ends the process at once with status
-// 130, as llama-server does, for a user who does not want to wait for the grace period.
+// Waits for SIGINT/SIGTERM on its own thread. The first one starts the orderly stop (wait()); a
+// second one ends the process at once with status 130, as llama-server does, for a user who does
+// not want to wait for the grace period. A handler (not sigwait with the signals blocked) catches
+// them: under an MPI launcher the MPI library's own threads, started before this, do not block
+// them, and the signal may be delivered to any of them (or to the waiter thread, the only later
+// thread that does not block them).
+std::atomic<int> g_signals{0};
+std::atomic<int> g_signal_no{0};
+std::atomic<pid_t> g_signal_sender{0};
+int g_signal_pipe = -1;
+
+extern "C" void on_stop_signal(int sig, siginfo_t* info, void*) {
+  if (g_signals.fetch_add(1) >= 1) {
+    static const char msg[] = "k3 serve: second signal: exiting now\n";
+    if (::write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {
+    }
+    _exit(130);
+  }
+  g_signal_no.store(sig);
+  g_signal_sender.store(info != nullptr && (info->si_code == SI_USER || info->si_code == SI_QUEUE) ? info->si_pid : 0);
+  const char c = 's';
+  if (::write(g_signal_pipe, &c, 1) < 0) {
+  }
+}
+
 class SignalWaiter {
  public:
   SignalWaiter() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // inherited by every thread started after this
-    thread_ = std::thread([this] {
-      int sig = 0;
-      sigwait(&set_, &sig);
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (closing_) return;  // woken by the destructor
-        signalled_ = sig;
+    if (::pipe(fds_) != 0) throw k3::Error("k3 serve: cannot create the pipe of the signal handler");
+    g_signal_pipe = fds_[1];
+    struct sigaction sa {};
+    sa.sa_sigaction = on_stop_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    // Blocked in this thread and every thread started after it (the HTTP threads' system calls
+    // are never interrupted); the waiter thread unblocks them for itself.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    thread_ = std::thread([this, set] {
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+      // Stays in read() until the destructor: a second signal is delivered here (or to an MPI
+      // thread) and its handler exits.
+      for (;;) {
+        char c = 0;
+        const ssize_t n = ::read(fds_[0], &c, 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0 || c != 's') return;  // woken by the destructor
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          signalled_ = g_signal_no.load();
+          sender_ = g_signal_sender.load();
+        }
+        cv_.notify_all();
       }
-      cv_.notify_all();
-      sigwait(&set_, &sig);
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (closing_) return;
-      }
-      static const char msg[] = "k3 serve: second signal: exiting now\n";
-      if (::write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {
-      }
-      std::_Exit(130);
     });
   }
   ~SignalWaiter() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      closing_ = true;
+    const char c = 'x';
+    if (::write(fds_[1], &c, 1) < 0) {
     }
-    pthread_kill(thread_.native_handle(), SIGTERM);  // wake sigwait
     thread_.join();
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    g_signal_pipe = -1;
+    ::close(fds_[0]);
+    ::close(fds_[1]);
   }
   bool has_signal() {
     std::lock_guard<std::mutex> lk(mu_);
@@ -117,18 +160,48 @@ class SignalWaiter {
     cv_.wait(lk, [&] { return signalled_ != 0; });
     return signalled_;
   }
+  /// The process that sent the signal (kill(2)), 0 when unknown (e.g. a terminal's Ctrl-C).
+  pid_t sender() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return sender_;
+  }
 
  private:
-  sigset_t set_;
+  int fds_[2] = {-1, -1};
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
   int signalled_ = 0;
-  bool closing_ = false;
+  pid_t sender_ = 0;
 };
 
+// The ranks other than 0 of `mpirun -np N k3 serve`: the same model, prefix cache and
+// speculation as rank 0, and a scheduler that executes rank 0's step plans until rank 0 stops
+// (runtime/step_plan.h). No HTTP, no signal handling of their own: a signal that ends one rank
+// ends the group (the launcher), and rank 0 answers its clients.
+void serve_follower(const ServeOptions& o) {
+  k3cli::set_threads(o.gen.threads);
+  const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(o.parallel);
+  k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, o.gen.model_options(), stream);
+  k3cli::check_ranks(*lm.checkpoint, *lm.model);
+  o.gen.warm_up(lm, {});
+  k3::Scheduler::Options so;
+  so.n_parallel = o.parallel;
+  so.n_ctx = o.gen.n_ctx;
+  so.max_queue = o.queue;
+  so.step_tokens = o.gen.n_batch;
+  so.group = k3cli::world();
+  const std::unique_ptr<k3::PrefixCache> cache = o.cache.make(lm);
+  so.cache = cache.get();
+  (void)k3::model_fingerprint(*lm.checkpoint, *lm.model);  // collective, as on rank 0
+  if (!o.slot_save_path.empty()) so.keep_slot_states = true;
+  k3::LoadedModel draft;
+  so.speculation = o.spec.make_serve(lm, o.gen.model_options(), o.gen.n_ctx, draft);
+  k3::Scheduler sched(*lm.model, so);
+  sched.wait_stopped();
+}
+
 void serve(const ServeOptions& o) {
-  k3cli::refuse_ranks("k3 serve");
   if (o.gen.n_predict < -1)
     throw k3::Error("-n/--n-predict: expected -1 (until stop) or >= 1, found " + std::to_string(o.gen.n_predict));
   if (o.gen.n_ctx < 2) throw k3::Error("-c/--ctx-size: expected >= 2, found " + std::to_string(o.gen.n_ctx));
@@ -146,8 +219,10 @@ void serve(const ServeOptions& o) {
   // The directories whose files k3 reads back are checked before the model is loaded.
   if (!o.slot_save_path.empty()) k3::check_private_dir(o.slot_save_path, "--slot-save-path");
   if (!o.cache.dir.empty() && !o.cache.no_cache) k3::check_private_dir(o.cache.dir, "--cache-dir");
+  if (!k3cli::is_rank0()) return serve_follower(o);
   k3cli::set_threads(o.gen.threads);
   std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
+  const int n_ranks = k3cli::world()->size();
 
   // Keys from files keep them off the command line (ps); the policy holds their SHA-256 only.
   std::vector<std::string> api_keys = o.api_keys, metrics_keys = o.metrics_keys;
@@ -187,6 +262,7 @@ void serve(const ServeOptions& o) {
 
   const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(o.parallel);  // memory plan
   k3::LoadedModel lm = k3::LoadedModel::open(o.gen.model_dir, o.gen.model_options(), stream);
+  k3cli::check_ranks(*lm.checkpoint, *lm.model);
   {
     k3cli::ProgressBar progress;  // a page-in that takes over a second (stderr)
     if (const std::optional<k3::PageInStats> w = o.gen.warm_up(lm, progress.fn())) {
@@ -201,6 +277,11 @@ void serve(const ServeOptions& o) {
   so.max_queue = o.queue;
   so.step_tokens = o.gen.n_batch;
   so.log = [](const std::string& line) { std::fprintf(stderr, "k3 serve: %s\n", line.c_str()); };
+  k3::server::HandleRegistry handles;
+  so.group = k3cli::world();
+  // A failed group (a rank gone, a step that differs): the running requests get 503 before
+  // the ranks end (Comm::abort).
+  so.group_failed = [&handles](const std::string& why) { fail_running(handles, why); };
   // The prefix cache is shared by every slot and outlives the scheduler (its destructor writes
   // the RAM blocks to --cache-dir, so a restart is served from there).
   const std::unique_ptr<k3::PrefixCache> cache = o.cache.make(lm);
@@ -239,12 +320,12 @@ void serve(const ServeOptions& o) {
   }
 
   k3::server::Metrics metrics;
-  k3::server::HandleRegistry handles;
   k3::server::ServeContext ctx;
   ctx.tok = lm.tokenizer.get();
   ctx.scheduler = sched.get();
   ctx.stop_ids = lm.stop_ids();
   ctx.n_ctx = o.gen.n_ctx;
+  ctx.n_ranks = n_ranks;
   ctx.model_id =
       !o.alias.empty() ? o.alias : std::filesystem::path(o.gen.model_dir).lexically_normal().filename().string();
   if (ctx.model_id.empty()) ctx.model_id = std::filesystem::absolute(o.gen.model_dir).parent_path().filename().string();
@@ -260,11 +341,23 @@ void serve(const ServeOptions& o) {
   std::string sampling = defaults.sampling.describe();
   if (!defaults.seed_given && sampling.rfind(" | seed") != std::string::npos)
     sampling = sampling.substr(0, sampling.rfind(" | seed")) + " | seed: per request (random unless given)";
-  std::fprintf(stderr, "k3 serve: ready: model '%s' (load %.0f ms) | %s | -np %lld -c %lld --queue %lld\n",
+  std::fprintf(stderr, "k3 serve: ready: model '%s' (load %.0f ms) | %s | -np %lld -c %lld --queue %lld%s\n",
                ctx.model_id.c_str(), lm.load_ms, sampling.c_str(), static_cast<long long>(o.parallel),
-               static_cast<long long>(o.gen.n_ctx), static_cast<long long>(o.queue));
+               static_cast<long long>(o.gen.n_ctx), static_cast<long long>(o.queue),
+               n_ranks > 1 ? (" | " + std::to_string(n_ranks) + " ranks").c_str() : "");
 
   const int sig = signals.wait();
+  if (n_ranks > 1 && signals.sender() != 0 && signals.sender() == getppid()) {
+    // The launcher (mpirun, orted, srun's step daemon) signals rank 0 when it ends the job: a
+    // rank died or the whole job is being stopped. The other ranks are gone or going, so the
+    // running requests cannot finish: answer them and end with an error status.
+    std::fprintf(stderr, "k3 serve: %s from the launcher (pid %d): the group of ranks is ending\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<int>(signals.sender()));
+    http.stop_accepting();
+    fail_running(handles, "the group of ranks is ending (a rank failed or the launcher stopped the job)");
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
   std::fprintf(stderr, "k3 serve: %s: stopping (finishing running requests, at most %d s)\n",
                sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout_s);
   http.stop_accepting();

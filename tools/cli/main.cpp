@@ -59,7 +59,7 @@ int run_cli(int argc, char** argv);
 int main(int argc, char** argv) {
   k3cli::apply_default_omp_wait_policy(argv);  // before any parallel region (omp_wait.h)
 #ifdef K3_MPI
-  // Under an MPI launcher the ranks start MPI (MPI_THREAD_FUNNELED; finalized when `mpi` ends);
+  // Under an MPI launcher the ranks start MPI (MPI_THREAD_SERIALIZED; finalized when `mpi` ends);
   // alone, the process never touches MPI.
   std::unique_ptr<k3::MpiSession> mpi;
   if (k3tools::launched_by_mpi()) {

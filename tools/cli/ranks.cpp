@@ -95,6 +95,17 @@ void check_same_input(std::initializer_list<std::span<const int32_t>> parts, con
                      "files and flags)");
 }
 
+void share_line(bool& got, bool& flag, std::string& line) {
+  k3::Comm& c = *world();
+  if (c.size() == 1) return;
+  uint64_t head[3] = {got ? 1u : 0u, flag ? 1u : 0u, line.size()};
+  c.broadcast(head, sizeof head, 0);
+  got = head[0] != 0;
+  flag = head[1] != 0;
+  line.resize(head[2]);
+  c.broadcast(line.data(), static_cast<int64_t>(line.size()), 0);
+}
+
 void refuse_ranks(const std::string& what) {
   if (world()->size() > 1)
     throw GroupError(what + " runs as one process in this version (found " + std::to_string(world()->size()) +

@@ -49,6 +49,11 @@ void check_ranks(const k3::Checkpoint& ck, const k3::Model& model);
 /// differ from rank 0 and `what`; the communicator's errors.
 void check_same_input(std::initializer_list<std::span<const int32_t>> parts, const std::string& what);
 
+/// Collective (nothing in one process): rank 0's `got`, `flag` and `line` (e.g. a line read from
+/// stdin: whether one was read, whether it was too long) reach every rank (two broadcasts).
+/// Errors: the communicator's.
+void share_line(bool& got, bool& flag, std::string& line);
+
 /// Refuses `what` (e.g. "k3 serve") under more than one rank: GroupError naming the subcommand and
 /// docs/distributed.md.
 void refuse_ranks(const std::string& what);

@@ -42,7 +42,7 @@ bool run_stream(CompletionStreamState& s, httplib::DataSink& sink) {
   ctx.metrics->count_finish(r.client_gone ? "abort" : fr);
   if (r.client_gone) return false;
   if (r.finish == FinishReason::Error) {
-    write(sse(error_body(ApiError(500, "generation failed: " + r.error))));
+    write(sse(error_body(generation_error(r))));
   } else {
     Json last = text_completion(s.meta, "", fr, Json(), Json());
     add_draft_timings(ctx, r, last);
@@ -85,7 +85,7 @@ bool run_json(CompletionJsonState& s, httplib::DataSink& sink) {
   }
   if (r.finish == FinishReason::Error) {
     ctx.metrics->count_finish("error");
-    out.write(error_body(ApiError(500, "generation failed: " + r.error))
+    out.write(error_body(generation_error(r))
                   .dump(-1, ' ', false, Json::error_handler_t::replace));
   } else {
     const std::string fr = finish_reason_of(r, false);

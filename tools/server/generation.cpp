@@ -35,6 +35,7 @@ GenerationResult drive_generation(const ServeContext& ctx, SeqHandle& h, OutputD
     if (e->done) {
       r.finish = e->finish;
       r.error = e->error;
+      r.unavailable = e->unavailable;
       r.n_prompt = e->n_prompt;
       r.n_generated = r.stop_string ? n_ids : std::max<int64_t>(e->n_generated, n_ids);
       r.draft_n = e->n_drafted;
@@ -102,6 +103,11 @@ ApiError context_length_error(int64_t n_ctx, const std::string& n_prompt_text) {
                       " input tokens, which leaves no room for generated tokens. Please reduce the length of the "
                       "prompt (or restart the server with a larger -c/--ctx-size).",
                   "input_tokens");
+}
+
+ApiError generation_error(const GenerationResult& r) {
+  if (r.unavailable) return ApiError(503, "The engine is unavailable: " + r.error, "", "ServiceUnavailableError");
+  return ApiError(500, "generation failed: " + r.error);
 }
 
 SeqRequest make_seq_request(const ServeContext& ctx, std::vector<int32_t> prompt, const GenerationFields& g) {

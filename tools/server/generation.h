@@ -24,12 +24,18 @@ struct GenerationResult {
   bool stop_string = false;  ///< ended by a text stop string (finish_reason "stop")
   bool client_gone = false;  ///< emit() failed or alive() turned false; the sequence was cancelled
   std::string error;         ///< when finish == Error
+  bool unavailable = false;  ///< with Error: the engine's group of ranks failed (503, SeqEvent::unavailable)
   int64_t n_prompt = 0;
   int64_t n_generated = 0;  ///< ids generated (up to the stop-string match; a stop id included)
   int64_t reasoning_tokens = 0;
   int64_t draft_n = 0;           ///< draft ids verified for this sequence (speculative decoding)
   int64_t draft_n_accepted = 0;  ///< of those, accepted
 };
+
+/// The error of a generation that ended with FinishReason::Error: 503 "The engine is
+/// unavailable: ..." when the group of ranks failed (GenerationResult::unavailable), else 500
+/// "generation failed: ...".
+ApiError generation_error(const GenerationResult& r);
 
 /// With speculative decoding on (the scheduler has a drafter), adds llama-server's
 /// `"timings": {"draft_n": N, "draft_n_accepted": M}` to a final response object or chunk.

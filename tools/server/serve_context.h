@@ -27,6 +27,26 @@ class HandleRegistry {
     std::lock_guard<std::mutex> lk(mu_);
     live_.erase(h);
   }
+  /// Ends every live sequence at once with an error event (SeqEvent::unavailable: the HTTP
+  /// threads answer 503 with `why`), whatever the engine does: the group of ranks failed.
+  void fail_all(const std::string& why) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& h : live_) {
+      SeqEvent e;
+      e.done = true;
+      e.finish = FinishReason::Error;
+      e.error = why;
+      e.unavailable = true;
+      e.time = std::chrono::steady_clock::now();
+      h->cancel();
+      h->push(std::move(e));
+    }
+  }
+  /// Live sequences.
+  size_t size() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return live_.size();
+  }
   /// Cancels every live sequence (SeqHandle::cancel is idempotent).
   void cancel_all() {
     std::lock_guard<std::mutex> lk(mu_);
@@ -68,6 +88,11 @@ struct ServeContext {
   Scheduler* scheduler = nullptr;
   std::vector<int32_t> stop_ids;  ///< LoadedModel::stop_ids()
   int64_t n_ctx = 0;              ///< context per sequence (prompt + generated)
+  /// Ranks the model runs on (`mpirun -np N k3 serve`; rank 0 serves HTTP). Requests the
+  /// engine cannot run across ranks are refused with 400 naming the limitation while N > 1:
+  /// images (an image_url part needs the vision tower, which runs as one process) must check
+  /// this field where the request is translated.
+  int n_ranks = 1;
   std::string model_id;           ///< --alias
   RequestDefaults defaults;
   Metrics* metrics = nullptr;
