@@ -7,6 +7,7 @@
 #include <openssl/sha.h>
 
 #include "core/error.h"
+#include "vision/image_preprocess.h"
 
 namespace k3 {
 
@@ -92,6 +93,20 @@ ImagePrompt build_image_prompt(const Tokenizer& tok, const vision::VisionTower* 
     p.digests.push_back(image_digest(images[i]));
   }
   return p;
+}
+
+ImagePrompt image_prompt_from_bytes(const Tokenizer& tok, const vision::VisionTower* tower, int64_t model_hidden,
+                                    const nlohmann::ordered_json& messages, const ChatOptions& opt,
+                                    std::span<const ImageBytes> images, const vision::ImagePreprocessConfig& cfg,
+                                    const vision::ImageLimits& limits) {
+  if (!images.empty() && tower == nullptr) refuse_image_without_tower(images[0].name);
+  std::vector<vision::ImagePatches> patches;
+  patches.reserve(images.size());
+  for (const ImageBytes& im : images)
+    patches.push_back(vision::preprocess_image(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(im.bytes.data()), im.bytes.size()), im.name, cfg,
+        limits));
+  return build_image_prompt(tok, tower, model_hidden, messages, opt, patches);
 }
 
 }  // namespace k3

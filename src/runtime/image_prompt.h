@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "model/k3_model.h"
 #include "runtime/prefix_cache.h"
 #include "tokenizer/chat_k3.h"
+#include "vision/image_config.h"
 #include "vision/image_patches.h"
 #include "vision/vision_tower.h"
 
@@ -57,6 +59,22 @@ struct ImagePrompt {
 ImagePrompt build_image_prompt(const Tokenizer& tok, const vision::VisionTower* tower, int64_t model_hidden,
                                const nlohmann::ordered_json& messages, ChatOptions opt,
                                std::span<const vision::ImagePatches> images);
+
+/// An image as a request sends it: its encoded bytes (PNG, JPEG or WebP) and the name its errors
+/// carry (e.g. "messages[0].content[1]").
+struct ImageBytes {
+  std::string bytes;
+  std::string name;
+};
+
+/// The engine side of a request's images (what `k3 serve` runs below the HTTP layer): each
+/// image preprocessed (vision/image_preprocess.h with `cfg` and `limits`), then
+/// build_image_prompt. Errors (k3::Error naming the image): the refusal of a null tower, the
+/// decoder's (format, limits, corrupt data), build_image_prompt's.
+ImagePrompt image_prompt_from_bytes(const Tokenizer& tok, const vision::VisionTower* tower, int64_t model_hidden,
+                                    const nlohmann::ordered_json& messages, const ChatOptions& opt,
+                                    std::span<const ImageBytes> images, const vision::ImagePreprocessConfig& cfg,
+                                    const vision::ImageLimits& limits);
 
 /// Clips `embeds` (positions relative to some origin) to [pos, pos + n) and rebases them to pos.
 std::vector<EmbedRows> embeds_in_range(std::span<const EmbedRows> embeds, int64_t pos, int64_t n, int64_t hidden);

@@ -80,25 +80,26 @@ TEST(EmbedRows, PrefillPiecesCutTheImageExactly) {
   check_override_equals_ids(k3::ModelKernels::Fast, 16);
 }
 
-// Fed as separate forward calls (the generator's prefill chunks): each call gets its part of the
-// rows, positions relative to its first token; equal to the one-call result.
+// Fed as separate forward calls on the prefill grid (the generator's prefill chunks): each call
+// gets its part of the rows, positions relative to its first token; equal to the one-call result.
 TEST(EmbedRows, SplitCallsEqualOneCall) {
   const auto dir = k3test::tiny_checkpoint("k3", 1);
   auto ck = k3::Checkpoint::open(dir);
   const k3::Model m(*ck, opts(k3::ModelKernels::Fast, 64));
   const int64_t V = m.config().vocab_size, D = m.config().hidden_size;
-  std::vector<int32_t> ids = ids_of(30, V, 3);
-  const std::vector<float> rows = table_rows(*ck, ids_of(10, V, 4), D);
-  const k3::EmbedRows er{10, 10, rows};
+  std::vector<int32_t> ids = ids_of(130, V, 3);
+  const std::vector<float> rows = table_rows(*ck, ids_of(40, V, 4), D);
+  const k3::EmbedRows er{50, 40, rows};
   k3::SequenceState one = m.new_sequence(), two = m.new_sequence();
   const std::vector<float> l1 = m.forward(one, ids, std::span<const k3::EmbedRows>(&er, 1), false);
-  // calls [0, 15) and [15, 30): the image [10, 20) is split 5 + 5
-  const k3::EmbedRows first{10, 5, std::span<const float>(rows).first(5 * D)};
-  const k3::EmbedRows second{0, 5, std::span<const float>(rows).subspan(5 * D)};
-  m.forward(two, std::span<const int32_t>(ids).first(15), std::span<const k3::EmbedRows>(&first, 1), false);
+  // calls [0, 64) and [64, 130): the image [50, 90) is split 14 + 26
+  const k3::EmbedRows first{50, 14, std::span<const float>(rows).first(14 * D)};
+  const k3::EmbedRows second{0, 26, std::span<const float>(rows).subspan(14 * D)};
+  m.forward(two, std::span<const int32_t>(ids).first(64), std::span<const k3::EmbedRows>(&first, 1), false);
   const std::vector<float> l2 =
-      m.forward(two, std::span<const int32_t>(ids).subspan(15), std::span<const k3::EmbedRows>(&second, 1), false);
+      m.forward(two, std::span<const int32_t>(ids).subspan(64), std::span<const k3::EmbedRows>(&second, 1), false);
   EXPECT_EQ(l1, l2);
+  EXPECT_EQ(k3::state_difference(one, two), "");
 }
 
 // In a batch next to other sequences: bit-identical to the lone call.
