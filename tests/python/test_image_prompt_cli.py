@@ -171,3 +171,27 @@ def test_prefix_cache_reuses_the_same_image_and_never_another(model, tmp_path):
     assert reused >= pos + n and ids_b2 == ids_b
     ids_a3, reused, _ = run(a)  # the first picture is still there
     assert reused >= pos + n and ids_a3 == ids_a
+
+
+def chat(model, stdin, *flags):
+    assert os.path.exists(K3)
+    return subprocess.run([K3, "chat", "-m", model, "--no-think", "-n", "3", "--temp", "0", *map(str, flags)],
+                          input=stdin, capture_output=True, text=True, timeout=300, env=ENV)
+
+
+def test_chat_image_attaches_a_picture_to_the_next_message(model, text_only, tmp_path):
+    img = picture(tmp_path / "a.png", 84, 56, 1)
+    state = tmp_path / "chat.k3state"
+    r = chat(model, f"/image {img}\nWhat is in the picture?\nAnd now?\n", "--state-save", state)
+    assert r.returncode == 0, r.stderr
+    assert f"attached '{img}' (84x56, 6 image tokens) to the next message" in r.stderr, r.stderr
+    saved = state.read_bytes()
+    assert b'"image_url"' in saved and img.encode() in saved
+    # resumed: the picture is read again from its path and the conversation continues
+    r = chat(model, "Once more?\n", "--state-load", state)
+    assert r.returncode == 0, r.stderr
+    # a bad file and a text-only checkpoint: the picture is not attached, the chat goes on
+    r = chat(model, f"/image {tmp_path}/missing.png\nhi\n")
+    assert r.returncode == 0 and "picture not attached" in r.stderr, r.stderr
+    r = chat(text_only, f"/image {img}\nhi\n")
+    assert r.returncode == 0 and "picture not attached" in r.stderr and "no vision tower" in r.stderr, r.stderr
