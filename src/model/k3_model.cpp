@@ -209,9 +209,10 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry>
     int64_t end_prev = 0;
     for (size_t r = 0; r < e.embeds.size(); ++r) {
       const EmbedRows& er = e.embeds[r];
-      const std::string range = "embedding rows " + std::to_string(r) + " [" + std::to_string(er.pos) + ", " +
-                                std::to_string(er.pos + er.n) + ")";
-      if (er.n < 1 || er.pos < end_prev || er.pos + er.n > static_cast<int64_t>(e.tokens.size()))
+      const int64_t T = static_cast<int64_t>(e.tokens.size());
+      const std::string range = "embedding rows " + std::to_string(r) + " (pos " + std::to_string(er.pos) +
+                                ", n " + std::to_string(er.n) + ")";
+      if (er.n < 1 || er.pos < end_prev || er.pos > T || er.n > T - er.pos)  // no overflow in pos + n
         throw Error("forward: " + where(i) + range + " must be non-empty, ordered, non-overlapping and inside the " +
                     std::to_string(e.tokens.size()) + " tokens");
       if (static_cast<int64_t>(er.rows.size()) != er.n * cfg.hidden_size)

@@ -139,6 +139,7 @@ TEST(EmbedRows, BadRangesAreRefusedBeforeTheStateChanges) {
     EXPECT_EQ(s.n_past(), 0);
   };
   refused({8, 4, rows}, "inside the 10 tokens");                                  // past the end
+  refused({std::numeric_limits<int64_t>::max() - 1, 5, rows}, "inside the 10 tokens");  // pos + n overflows
   refused({0, 0, {}}, "non-empty");                                               // empty
   refused({2, 3, rows}, "expected n * hidden_size");                              // wrong size
   rows[7] = std::numeric_limits<float>::quiet_NaN();
