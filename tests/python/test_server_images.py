@@ -2,14 +2,19 @@
 WebP) on a gen_tiny checkpoint with a tiny random vision tower, through the official `openai`
 client and raw HTTP.
 
-- An image (and several, over several turns) is accepted; greedy answers equal `k3 run --image`
-  on the same turn; usage.prompt_tokens and /tokenize count the image tokens (<|media_pad|> ids).
+- An image (and several, over several turns) is accepted; the rendered prompt equals `k3 run
+  --image`'s for the same turn; usage.prompt_tokens and /tokenize count the image tokens
+  (<|media_pad|> ids).
 - Bad images get 400/413 bodies naming the message and part: not base64, a truncated PNG, a
   remote URL (never fetched), an unsupported media type, over --max-image-bytes (413), over
   --max-image-pixels (400), over --max-images (413), an image in an assistant message; a text-only
   checkpoint refuses images with 400.
 - Two different images with the same ids never share a prefix-cache block; the same image again
   is reused (the server's cache counters).
+
+- The chat page (headless Chromium, as tests/python/test_web_page.py): pictures attached by the
+  file picker, by paste and by drop show as thumbnails, are sent as image_url data: URLs before the
+  text, stay in the conversation's history, and the answer arrives.
 
 Servers listen on 127.0.0.1 on a free port and are stopped with SIGTERM by their fixture.
 """
@@ -122,7 +127,7 @@ def server(models, tmp_path_factory):
     s.stop()
 
 
-def test_openai_client_sends_an_image_and_the_answer_equals_k3_run(server, models, tmp_path):
+def test_openai_client_sends_an_image_and_the_prompt_equals_k3_run(server, models, tmp_path):
     raw = picture(84, 56, 1)
     r = server.client().chat.completions.create(
         model="x", messages=[user("What is in the picture?", data_url(raw))], max_tokens=4, temperature=0,
