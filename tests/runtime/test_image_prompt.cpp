@@ -4,6 +4,7 @@
 // same positions never shares a block; the chat media block of a tiny checkpoint with a tower.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -15,6 +16,7 @@
 #include "runtime/image_prompt.h"
 #include "runtime/model_fingerprint.h"
 #include "runtime/prefix_cache.h"
+#include "runtime/scheduler.h"
 #include "runtime_test_util.h"
 
 namespace {
@@ -100,6 +102,89 @@ TEST(ImagePrompt, PrefixCacheReusesTheSameImageAndNeverMixesTwo) {
   EXPECT_GE(reused, 256);
   k3::SequenceState t = m.new_sequence();
   EXPECT_EQ(got, m.forward(t, longer, std::span<const k3::EmbedRows>(&e1, 1), false));
+}
+
+// The scheduler of `k3 serve`: requests with images (prompt pieces cut by the step budget, next to
+// a text-only request and decode rows, through the prefix cache twice) give the ids of generate()
+// with the same rows; a second request with the same ids and another image gives that image's ids.
+TEST(ImagePrompt, SchedulerEqualsLoneGenerateWithImages) {
+  const k3::LoadedModel& lm = k3test::tiny();
+  const k3::Model& m = *lm.model;
+  const int64_t D = m.config().hidden_size;
+  auto image_prompt = [&](unsigned seed) {
+    auto ip = std::make_shared<k3::ImagePrompt>();
+    ip->ids = ids_of(230, 4);
+    for (int i = 0; i < 60; ++i) ip->ids[static_cast<size_t>(165 + i)] = 277;  // the pads, near the end
+    ip->media = {{165, 60, 0}};
+    ip->rows = {random_rows(60, D, seed)};
+    for (float& x : ip->rows[0]) x *= 8.f;  // loud enough to change the tiny model's greedy ids
+    ip->digests = {seed};
+    ip->hidden = D;
+    return ip;
+  };
+  auto alone = [&](const k3::ImagePrompt& ip) {
+    k3::SequenceState seq = m.new_sequence();
+    k3::SamplerParams sp;
+    sp.temp = 0;
+    k3::Sampler sampler(sp);
+    k3::GenerateOptions opt;
+    opt.n_predict = 6;
+    opt.n_ctx = 1024;
+    const std::vector<k3::EmbedRows> rows = ip.embeds();
+    opt.embeds = rows;
+    std::vector<int32_t> out;
+    k3::generate(m, seq, ip.ids, sampler, opt, [&](int32_t id) {
+      out.push_back(id);
+      return true;
+    });
+    return out;
+  };
+  auto cache = make_cache(lm);
+  k3::Scheduler::Options so;
+  so.n_parallel = 2;
+  so.n_ctx = 1024;
+  so.step_tokens = 100;  // the image is cut across steps
+  so.cache = cache.get();
+  k3::Scheduler sched(m, so);
+  auto drain = [](k3::SeqHandle& h) {
+    std::vector<int32_t> ids;
+    while (true) {
+      auto e = h.next(std::chrono::seconds(60));
+      if (!e) {
+        ADD_FAILURE() << "no event";
+        return ids;
+      }
+      if (e->done) {
+        EXPECT_EQ(e->error, "");
+        return ids;
+      }
+      ids.push_back(e->id);
+    }
+  };
+  auto submit = [&](std::shared_ptr<const k3::ImagePrompt> ip) {
+    k3::SeqRequest r;
+    r.prompt = ip ? ip->ids : ids_of(90, 9);
+    r.sampling.temp = 0;
+    r.max_tokens = 6;
+    r.images = std::move(ip);
+    return sched.submit(r);
+  };
+  const auto a = image_prompt(1), b = image_prompt(2);
+  const std::vector<int32_t> want_a = alone(*a), want_b = alone(*b);
+  ASSERT_NE(want_a, want_b);
+  for (int round = 0; round < 2; ++round) {  // the second round resumes from the prefix cache
+    auto ha = submit(a);
+    auto ht = submit(nullptr);
+    EXPECT_EQ(drain(*ha), want_a) << round;
+    drain(*ht);
+    EXPECT_EQ(drain(*submit(b)), want_b) << round;
+  }
+  EXPECT_GT(cache->stats().tokens_reused, 0u);
+  // a prompt whose ids do not match its images is refused
+  k3::SeqRequest bad;
+  bad.prompt = ids_of(10, 1);
+  bad.images = a;
+  EXPECT_THROW(sched.submit(bad), k3::Error);
 }
 
 TEST(ImagePrompt, DigestNamesTheTowerInput) {
