@@ -66,7 +66,7 @@ void refuse_image_without_tower(const std::string& what) {
 
 ImagePrompt build_image_prompt(const Tokenizer& tok, const vision::VisionTower* tower, int64_t model_hidden,
                                const nlohmann::ordered_json& messages, ChatOptions opt,
-                               std::span<const vision::ImagePatches> images) {
+                               std::span<const vision::ImagePatches> images, bool encode) {
   if (!images.empty() && tower == nullptr) refuse_image_without_tower("image prompt");
   opt.images.clear();
   for (const auto& im : images) opt.images.push_back(chat_image(im));
@@ -75,7 +75,7 @@ ImagePrompt build_image_prompt(const Tokenizer& tok, const vision::VisionTower* 
   p.ids = std::move(c.ids);
   p.media = std::move(c.media);
   p.hidden = model_hidden;
-  if (images.empty()) return p;
+  if (images.empty() || !encode) return p;
   const int64_t Dt = tower->config().text_hidden_size;
   if (Dt != model_hidden)
     throw Error("image prompt: the vision projector writes " + std::to_string(Dt) +
@@ -98,7 +98,7 @@ ImagePrompt build_image_prompt(const Tokenizer& tok, const vision::VisionTower* 
 ImagePrompt image_prompt_from_bytes(const Tokenizer& tok, const vision::VisionTower* tower, int64_t model_hidden,
                                     const nlohmann::ordered_json& messages, const ChatOptions& opt,
                                     std::span<const ImageBytes> images, const vision::ImagePreprocessConfig& cfg,
-                                    const vision::ImageLimits& limits) {
+                                    const vision::ImageLimits& limits, bool encode) {
   if (!images.empty() && tower == nullptr) refuse_image_without_tower(images[0].name);
   std::vector<vision::ImagePatches> patches;
   patches.reserve(images.size());
@@ -106,7 +106,7 @@ ImagePrompt image_prompt_from_bytes(const Tokenizer& tok, const vision::VisionTo
     patches.push_back(vision::preprocess_image(
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(im.bytes.data()), im.bytes.size()), im.name, cfg,
         limits));
-  return build_image_prompt(tok, tower, model_hidden, messages, opt, patches);
+  return build_image_prompt(tok, tower, model_hidden, messages, opt, patches, encode);
 }
 
 }  // namespace k3

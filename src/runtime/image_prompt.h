@@ -56,9 +56,10 @@ struct ImagePrompt {
 /// in one batch. `tower` may be null only when `images` is empty. Errors (k3::Error): a null
 /// tower with images ("the checkpoint has no vision tower..."), the tower's hidden size differing
 /// from `model_hidden`, the chat format's errors (image part count vs images), the tower's.
+/// `encode` false: the ids and spans only (rows and digests left empty; /tokenize).
 ImagePrompt build_image_prompt(const Tokenizer& tok, const vision::VisionTower* tower, int64_t model_hidden,
                                const nlohmann::ordered_json& messages, ChatOptions opt,
-                               std::span<const vision::ImagePatches> images);
+                               std::span<const vision::ImagePatches> images, bool encode = true);
 
 /// An image as a request sends it: its encoded bytes (PNG, JPEG or WebP) and the name its errors
 /// carry (e.g. "messages[0].content[1]").
@@ -74,7 +75,7 @@ struct ImageBytes {
 ImagePrompt image_prompt_from_bytes(const Tokenizer& tok, const vision::VisionTower* tower, int64_t model_hidden,
                                     const nlohmann::ordered_json& messages, const ChatOptions& opt,
                                     std::span<const ImageBytes> images, const vision::ImagePreprocessConfig& cfg,
-                                    const vision::ImageLimits& limits);
+                                    const vision::ImageLimits& limits, bool encode = true);
 
 /// Clips `embeds` (positions relative to some origin) to [pos, pos + n) and rebases them to pos.
 std::vector<EmbedRows> embeds_in_range(std::span<const EmbedRows> embeds, int64_t pos, int64_t n, int64_t hidden);

@@ -48,8 +48,9 @@ std::vector<int32_t> render_chat_request(const ServeContext& ctx, const ChatRequ
 /// when there were any (null otherwise). Errors: ApiError 400/413 naming messages[i].content[k]
 /// (bad data URL, over a limit, undecodable image), 400 for a checkpoint without a tower or
 /// more than one rank.
+/// `encode` false (/tokenize): the images are decoded and sized but the tower does not run.
 std::vector<int32_t> render_chat_request_images(const ServeContext& ctx, ChatRequest& cr,
-                                                std::shared_ptr<const ImagePrompt>* images);
+                                                std::shared_ptr<const ImagePrompt>* images, bool encode = true);
 
 /// Sets a JSON body.
 void send_json(httplib::Response& res, const nlohmann::ordered_json& j, int status = 200);

@@ -27,7 +27,7 @@ std::vector<int32_t> render_chat_request(const ServeContext& ctx, const ChatRequ
 }
 
 std::vector<int32_t> render_chat_request_images(const ServeContext& ctx, ChatRequest& cr,
-                                                std::shared_ptr<const ImagePrompt>* images) {
+                                                std::shared_ptr<const ImagePrompt>* images, bool encode) {
   *images = nullptr;
   const std::vector<ImageBytes> bytes = take_request_images(cr.messages, ctx.image_parts);
   if (bytes.empty()) return render_chat_request(ctx, cr);
@@ -40,7 +40,8 @@ std::vector<int32_t> render_chat_request_images(const ServeContext& ctx, ChatReq
                                       std::to_string(ctx.ranks) + " MPI ranks (run it as one process)");
   try {
     auto ip = std::make_shared<ImagePrompt>(image_prompt_from_bytes(*ctx.tok, ctx.vision, ctx.hidden_size, cr.messages,
-                                                                    cr.chat, bytes, ctx.image_config, ctx.image_limits));
+                                                                    cr.chat, bytes, ctx.image_config, ctx.image_limits,
+                                                                    encode));
     std::vector<int32_t> ids = ip->ids;
     *images = std::move(ip);
     return ids;
@@ -103,7 +104,7 @@ void handle_tokenize(const ServeContext& ctx, const httplib::Request& req, httpl
     chat.erase("stream");
     ChatRequest cr = parse_chat_request(chat, ctx.defaults);
     std::shared_ptr<const ImagePrompt> images;  // the image tokens are the <|media_pad|> ids
-    ids = render_chat_request_images(ctx, cr, &images);
+    ids = render_chat_request_images(ctx, cr, &images, /*encode=*/false);
     if (static_cast<int64_t>(ids.size()) > ctx.max_tokenize_tokens)
       throw too_many_tokens(ctx, "messages", "the rendered chat holds " + std::to_string(ids.size()));
   } else if (body.contains("prompt")) {
