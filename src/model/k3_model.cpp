@@ -3,6 +3,7 @@
 // explicit K3 blocks (AttnRes mixes, KDA or MLA, dense SiTU MLP or LatentMoE).
 #include "model/k3_model.h"
 
+#include <cmath>
 #include <algorithm>
 #include <deque>
 #include <string>
@@ -211,6 +212,8 @@ struct Model::Impl {
     int64_t n_logits;
     bool per_token = false;         ///< BatchEntry::per_token
     StateLog* kda_steps = nullptr;  ///< BatchEntry::kda_steps
+    std::span<const EmbedRows> embeds;  ///< BatchEntry::embeds of the whole entry
+    int64_t offset = 0;                 ///< position of tokens[0] in the entry (embeds are relative to it)
   };
   /// The layer loop of spec §3.1 over validated inputs, all parts stacked into one block;
   /// advances every state in place. Returns the logits rows of each part ([n_logits, V]).
@@ -271,6 +274,13 @@ std::vector<float> Model::forward(SequenceState& seq, std::span<const int32_t> t
   return std::move(forward_batch(std::span<const BatchEntry>(&e, 1), dump)[0]);
 }
 
+std::vector<float> Model::forward(SequenceState& seq, std::span<const int32_t> tokens,
+                                  std::span<const EmbedRows> embeds, bool all_logits, DumpSink* dump) const {
+  BatchEntry e{&seq, tokens, all_logits ? BatchLogits::All : BatchLogits::Last};
+  e.embeds = embeds;
+  return std::move(forward_batch(std::span<const BatchEntry>(&e, 1), dump)[0]);
+}
+
 std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry> batch, DumpSink* dump) const {
   const Impl& m = *impl_;
   const ExecScope scope(m.ctx);  // every kernel of this call runs the model's execution config
@@ -297,6 +307,23 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry>
                   " tokens exceeds prefill_chunk = " + std::to_string(m.opt.prefill_chunk));
     if (e.kda_steps && !e.per_token)
       throw Error("forward: " + where(i) + "kda_steps needs a per-token (decode-form) entry");
+    int64_t end_prev = 0;
+    for (size_t r = 0; r < e.embeds.size(); ++r) {
+      const EmbedRows& er = e.embeds[r];
+      const int64_t T = static_cast<int64_t>(e.tokens.size());
+      const std::string range = "embedding rows " + std::to_string(r) + " (pos " + std::to_string(er.pos) +
+                                ", n " + std::to_string(er.n) + ")";
+      if (er.n < 1 || er.pos < end_prev || er.pos > T || er.n > T - er.pos)  // no overflow in pos + n
+        throw Error("forward: " + where(i) + range + " must be non-empty, ordered, non-overlapping and inside the " +
+                    std::to_string(e.tokens.size()) + " tokens");
+      if (static_cast<int64_t>(er.rows.size()) != er.n * cfg.hidden_size)
+        throw Error("forward: " + where(i) + range + " hold " + std::to_string(er.rows.size()) +
+                    " values, expected n * hidden_size = " + std::to_string(er.n * cfg.hidden_size));
+      for (size_t k = 0; k < er.rows.size(); ++k)
+        if (!std::isfinite(er.rows[k]))
+          throw Error("forward: " + where(i) + range + ": value " + std::to_string(k) + " is not finite");
+      end_prev = er.pos + er.n;
+    }
   }
   for (const BatchEntry& e : batch)
     if (e.kda_steps) e.kda_steps->begin(e.seq->n_past() + 1, static_cast<int64_t>(e.tokens.size()));
@@ -322,7 +349,8 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const BatchEntry>
         const int64_t n_logits = e.logits == BatchLogits::All              ? static_cast<int64_t>(n)
                                  : (e.logits == BatchLogits::Last && last) ? 1
                                                                            : 0;
-        parts.push_back({&state_impl(*e.seq), e.tokens.subspan(b, n), n_logits, e.per_token, e.kda_steps});
+        parts.push_back({&state_impl(*e.seq), e.tokens.subspan(b, n), n_logits, e.per_token, e.kda_steps, e.embeds,
+                         static_cast<int64_t>(b)});
         owner.push_back(i);
       }
       std::vector<std::vector<float>> l = m.run(parts, dump);
@@ -361,6 +389,15 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
   for (int64_t s = 0; s < S; ++s)
     for (int64_t t = 0; t < segs[s].T; ++t)
       ref::decode_row(*m.w.embed, parts[s].tokens[t], x.data() + (segs[s].row0 + t) * D);
+  // Rows given as vectors (BatchEntry::embeds) replace the table rows of their positions.
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t p0 = parts[s].offset, p1 = p0 + segs[s].T;
+    for (const EmbedRows& er : parts[s].embeds) {
+      const int64_t a = std::max(p0, er.pos), b = std::min(p1, er.pos + er.n);
+      if (a >= b) continue;
+      std::copy_n(er.rows.data() + (a - er.pos) * D, (b - a) * D, x.data() + (segs[s].row0 + a - p0) * D);
+    }
+  }
   if (dump) dump->add("tok.embed", {T, D}, x.data());
 
   AttnResStream stream(x.data(), T, D, eps);

@@ -64,6 +64,16 @@ enum class BatchLogits {
   All,   ///< one row per token
 };
 
+/// Input vectors given in place of embedding-table rows (the image path, shared/spec/vision.md
+/// §6.2): rows [pos, pos + n) of a BatchEntry's tokens enter the first layer as `rows`, float32
+/// [n, hidden_size] row-major, instead of embed[token]. The token ids at those positions are still
+/// validated and still key the prefix cache's id checks; their embedding rows are never read.
+struct EmbedRows {
+  int64_t pos = 0;               ///< first position, relative to the entry's tokens
+  int64_t n = 0;                 ///< number of rows (>= 1)
+  std::span<const float> rows;   ///< [n, hidden_size] float32
+};
+
 /// One entry of a batch (llama.cpp's llama_batch, one sequence's part): append `tokens` to
 /// `*seq`. The span must stay valid for the call.
 struct BatchEntry {
@@ -79,6 +89,11 @@ struct BatchEntry {
   /// tokens.size() points, the first at n_past + 1), the rollback points of speculative
   /// decoding (SequenceState::rollback_to, runtime/speculative.h).
   StateLog* kda_steps = nullptr;
+  /// Rows of the input given as vectors (EmbedRows; images). Ranges must lie inside `tokens`,
+  /// be ordered by pos and not overlap; rows.size() must be n·hidden_size and every value finite
+  /// (k3::Error naming the entry and the range otherwise). Chunked prefill cuts them with the
+  /// tokens, so the result equals a forward whose embedding rows were these vectors.
+  std::span<const EmbedRows> embeds;
 };
 
 /// What this rank of a split model holds (ModelOptions::comm): its routed experts (the same
@@ -142,6 +157,9 @@ class Model {
   /// The batch of one: forward_batch({{&seq, tokens, all_logits ? All : Last}}, dump)[0].
   std::vector<float> forward(SequenceState& seq, std::span<const int32_t> tokens, bool all_logits,
                              DumpSink* dump = nullptr) const;
+  /// forward() with input rows given as vectors (BatchEntry::embeds).
+  std::vector<float> forward(SequenceState& seq, std::span<const int32_t> tokens, std::span<const EmbedRows> embeds,
+                             bool all_logits, DumpSink* dump = nullptr) const;
 
   /// The forward pass over a batch of sequences, the one model loop (spec §3.1): every entry's
   /// tokens are stacked into one [T_total, D] block, so each weight matrix is read once for all

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "runtime/image_prompt.h"
 #include "runtime/sequence_decoder.h"
 #include "runtime/speculative.h"
 #include "runtime/stats.h"
@@ -21,14 +22,16 @@ const char* stop_reason_name(StopReason r) {
 }
 
 std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<const int32_t> tokens, int64_t n_batch,
-                           const ProgressFn& progress) {
+                           const ProgressFn& progress, std::span<const EmbedRows> embeds) {
   if (tokens.empty()) throw Error("prefill: the prompt is empty (expected at least 1 token)");
   if (n_batch < 1) throw Error("-b/--batch-size: expected >= 1, found " + std::to_string(n_batch));
   std::vector<float> logits;
   if (progress) progress("prefill", 0, static_cast<int64_t>(tokens.size()));
   for (std::size_t i = 0; i < tokens.size(); i += static_cast<std::size_t>(n_batch)) {
     const std::size_t n = std::min(tokens.size() - i, static_cast<std::size_t>(n_batch));
-    logits = model.forward(seq, tokens.subspan(i, n), false);
+    const std::vector<EmbedRows> e =
+        embeds_in_range(embeds, static_cast<int64_t>(i), static_cast<int64_t>(n), model.config().hidden_size);
+    logits = model.forward(seq, tokens.subspan(i, n), e, false);
     if (progress) progress("prefill", static_cast<int64_t>(i + n), static_cast<int64_t>(tokens.size()));
   }
   return logits;
@@ -36,14 +39,15 @@ std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<con
 
 std::vector<float> prefill_cached(const Model& model, PrefixCache& cache, SequenceState& seq,
                                   std::span<const int32_t> prompt, int64_t n_batch, PrefixCache::Pin* pin,
-                                  int64_t* n_reused, const ProgressFn& progress) {
+                                  int64_t* n_reused, const ProgressFn& progress, std::span<const EmbedRows> embeds,
+                                  std::span<const MediaKey> media) {
   if (prompt.empty()) throw Error("prefill: the prompt is empty (expected at least 1 token)");
   if (n_batch < 1) throw Error("-b/--batch-size: expected >= 1, found " + std::to_string(n_batch));
   if (seq.n_past() != 0)
     throw Error("prefill_cached: the sequence must be fresh (it holds " + std::to_string(seq.n_past()) + " tokens)");
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int64_t B = cache.options().block_tokens;
-  int64_t pos = cache.lookup(prompt, &seq, pin);
+  int64_t pos = cache.lookup(prompt, &seq, pin, 0, media);
   const int64_t reused = pos;
   if (n_reused != nullptr) *n_reused = pos;
   const std::vector<int64_t> cuts = cache.snapshot_points(n);
@@ -56,10 +60,11 @@ std::vector<float> prefill_cached(const Model& model, PrefixCache& cache, Sequen
         end = std::min(end, c);
         break;
       }
-    logits = model.forward(seq, prompt.subspan(static_cast<size_t>(pos), static_cast<size_t>(end - pos)), false);
+    const std::vector<EmbedRows> e = embeds_in_range(embeds, pos, end - pos, model.config().hidden_size);
+    logits = model.forward(seq, prompt.subspan(static_cast<size_t>(pos), static_cast<size_t>(end - pos)), e, false);
     pos = end;
     if (progress) progress("prefill", pos - reused, n - reused);
-    if (pos % B == 0 || pos == n) cache.store(prompt.first(static_cast<size_t>(pos)), n, seq, pin);
+    if (pos % B == 0 || pos == n) cache.store(prompt.first(static_cast<size_t>(pos)), n, seq, pin, 0, media);
   }
   return logits;
 }
@@ -111,10 +116,11 @@ GenerateResult generate(const Model& model, SequenceState& seq, std::span<const 
   PrefixCache::Pin pin;  // the cached blocks this generation uses
   std::vector<float> logits;
   if (opt.cache != nullptr) {
-    logits = prefill_cached(model, *opt.cache, seq, prompt, opt.n_batch, &pin, &r.n_reused, opt.on_prefill_progress);
+    logits = prefill_cached(model, *opt.cache, seq, prompt, opt.n_batch, &pin, &r.n_reused, opt.on_prefill_progress,
+                            opt.embeds, opt.media);
     r.n_prompt -= r.n_reused;
   } else {
-    logits = prefill(model, seq, prompt, opt.n_batch, opt.on_prefill_progress);
+    logits = prefill(model, seq, prompt, opt.n_batch, opt.on_prefill_progress, opt.embeds);
   }
   for (int32_t id : prompt) sampler.accept(id);
   r.prompt_ms = t.ms();

@@ -43,6 +43,11 @@ struct GenerateOptions {
   /// each piece with the ids computed so far; ids resumed from the prefix cache are not counted.
   /// Optional (a progress display).
   ProgressFn on_prefill_progress;
+  /// Prompt rows given as vectors (images; runtime/image_prompt.h), positions relative to the
+  /// prompt's first id. Must stay valid for the call.
+  std::span<const EmbedRows> embeds;
+  /// The prompt's images as the prefix cache keys them (positions relative to the prompt).
+  std::span<const MediaKey> media;
 };
 
 struct GenerateResult {
@@ -82,8 +87,9 @@ void check_prompt_fits(int64_t n_past, int64_t n_prompt, int64_t n_ctx);
 /// Feeds `tokens` into `seq` in chunks of n_batch and returns the logits of the last token
 /// ([vocab] fp32). Errors: k3::Error for an empty `tokens` or n_batch < 1, and Model::forward's.
 /// `progress` (may be empty): ("prefill", ids fed, tokens.size()) before the first chunk (0) and after each.
+/// `embeds`: rows of `tokens` given as vectors (positions relative to tokens[0]).
 std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<const int32_t> tokens, int64_t n_batch,
-                           const ProgressFn& progress = {});
+                           const ProgressFn& progress = {}, std::span<const EmbedRows> embeds = {});
 
 /// prefill() through a prefix cache: `seq` (fresh) resumes at cache.lookup(prompt) (the reused
 /// count goes to *n_reused), the rest is fed in pieces of at most n_batch that also end at the
@@ -94,6 +100,7 @@ std::vector<float> prefill(const Model& model, SequenceState& seq, std::span<con
 /// Errors: as prefill(), and k3::Error when `seq` is not fresh.
 std::vector<float> prefill_cached(const Model& model, PrefixCache& cache, SequenceState& seq,
                                   std::span<const int32_t> prompt, int64_t n_batch, PrefixCache::Pin* pin,
-                                  int64_t* n_reused, const ProgressFn& progress = {});
+                                  int64_t* n_reused, const ProgressFn& progress = {},
+                                  std::span<const EmbedRows> embeds = {}, std::span<const MediaKey> media = {});
 
 }  // namespace k3

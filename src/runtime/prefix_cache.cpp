@@ -6,6 +6,8 @@
 #include <limits>
 #include <unordered_set>
 
+#include <openssl/sha.h>
+
 #include "core/error.h"
 #include "runtime/model_fingerprint.h"
 #include "runtime/prefix_cache_disk.h"
@@ -99,6 +101,24 @@ PrefixCache::~PrefixCache() {
 uint64_t PrefixCache::block_key(uint64_t parent, std::span<const int32_t> ids) const {
   uint64_t h = fnv1a64(&parent, sizeof parent, fp_hash_);
   return fnv1a64(ids.data(), ids.size() * sizeof(int32_t), h);
+}
+
+uint64_t PrefixCache::media_parent(uint64_t parent, int64_t b, std::span<const MediaKey> media) const {
+  const int64_t B = opt_.block_tokens, b0 = b * B, b1 = b0 + B;
+  std::vector<uint64_t> msg;  // parent, then (position in the block, length, digest) per image
+  for (const MediaKey& m : media) {
+    if (m.pos + m.n <= b0 || m.pos >= b1) continue;
+    if (msg.empty()) msg.push_back(parent);
+    msg.push_back(static_cast<uint64_t>(m.pos - b0));
+    msg.push_back(static_cast<uint64_t>(m.n));
+    msg.push_back(m.digest);
+  }
+  if (msg.empty()) return parent;
+  unsigned char d[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(msg.data()), msg.size() * sizeof(uint64_t), d);
+  uint64_t r = 0;
+  std::memcpy(&r, d, sizeof r);
+  return r;
 }
 
 uint64_t PrefixCache::root_key(uint64_t partition) const {
@@ -213,7 +233,8 @@ std::vector<int64_t> PrefixCache::snapshot_points(int64_t n_prompt) const {
   return pts;
 }
 
-int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* state, Pin* pin, uint64_t partition) {
+int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* state, Pin* pin, uint64_t partition,
+                            std::span<const MediaKey> media) {
   if (state == nullptr || state->n_past() != 0) throw Error("prefix cache: lookup needs a fresh sequence state");
   const int64_t B = opt_.block_tokens;
   const int64_t n = static_cast<int64_t>(prompt.size());
@@ -232,7 +253,8 @@ int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* stat
   try {
     for (int64_t b = 0; b < max_blocks; ++b) {
       const std::span<const int32_t> ids = prompt.subspan(static_cast<size_t>(b * B), static_cast<size_t>(B));
-      Block* blk = find_locked(block_key(parent, ids), parent, ids, b);
+      const uint64_t salted = media_parent(parent, b, media);
+      Block* blk = find_locked(block_key(salted, ids), salted, ids, b);
       if (blk == nullptr) break;
       ++blk->refs;  // held while the walk may read more blocks from disk (which may evict)
       chain.push_back(blk);
@@ -270,7 +292,7 @@ int64_t PrefixCache::lookup(std::span<const int32_t> prompt, SequenceState* stat
 }
 
 void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const SequenceState& seq, Pin* pin,
-                        uint64_t partition) {
+                        uint64_t partition, std::span<const MediaKey> media) {
   if (seq.n_past() != static_cast<int64_t>(ids.size()))
     throw Error("prefix cache: store of " + std::to_string(ids.size()) + " ids from a sequence holding " +
                 std::to_string(seq.n_past()));
@@ -305,19 +327,20 @@ void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const Se
   try {
     for (int64_t b = b0; b < nb; ++b) {
       const std::span<const int32_t> bid = ids.subspan(static_cast<size_t>(b * B), static_cast<size_t>(B));
-      const uint64_t key = block_key(parent, bid);
+      const uint64_t salted = media_parent(parent, b, media);
+      const uint64_t key = block_key(salted, bid);
       Block* blk = nullptr;
       auto it = blocks_.find(key);
       if (it != blocks_.end()) {
         blk = it->second.get();
-        if (blk->parent != parent || blk->index != b || !std::equal(bid.begin(), bid.end(), blk->ids.begin())) {
+        if (blk->parent != salted || blk->index != b || !std::equal(bid.begin(), bid.end(), blk->ids.begin())) {
           complete = false;  // a 64-bit key collision: keep the block there, store nothing past it
           break;
         }
       } else {
         auto nbk = std::make_unique<Block>();
         nbk->key = key;
-        nbk->parent = parent;
+        nbk->parent = salted;
         nbk->index = b;
         nbk->ids.assign(bid.begin(), bid.end());
         nbk->mla.reserve(block_mla_floats_);

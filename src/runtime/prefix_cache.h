@@ -44,6 +44,14 @@
 
 namespace k3 {
 
+/// An image of a prompt as the prefix cache keys it: ids [pos, pos + n) are its media pads and
+/// `digest` names its content (runtime/image_prompt.h image_digest: SHA-256 of its patches).
+struct MediaKey {
+  int64_t pos = 0;
+  int64_t n = 0;
+  uint64_t digest = 0;
+};
+
 class PrefixCacheDisk;
 
 struct PrefixCacheOptions {
@@ -117,7 +125,11 @@ class PrefixCache {
   /// chain is pinned in *pin. L < prompt.size() always (the last id's logits are needed).
   /// `partition` (0 = shared) salts the key chain: only blocks stored with the same partition
   /// are found (in RAM and on disk).
-  int64_t lookup(std::span<const int32_t> prompt, SequenceState* state, Pin* pin, uint64_t partition = 0);
+  /// `media`: the prompt's images (MediaKey); a block overlapping an image's positions is keyed
+  /// by the image's digest too, so two different images never share a block (nor any later
+  /// block of the chain) and the same image at the same positions is found again.
+  int64_t lookup(std::span<const int32_t> prompt, SequenceState* state, Pin* pin, uint64_t partition = 0,
+                 std::span<const MediaKey> media = {});
 
   /// Positions in (0, n_prompt) where a prefill of an n_prompt-id prompt must stop for a KDA
   /// snapshot (ascending): multiples of snapshot_every·B, and the replay boundary.
@@ -129,8 +141,9 @@ class PrefixCache {
   /// *pin (may be null). A block that does not fit the budget is not stored. Only committed
   /// prefill states may be stored (never a speculative one). Errors: k3::Error when
   /// seq.n_past() != ids.size(). `partition`: as for lookup() (a pin's chain must keep one).
+  /// `media`: as for lookup() (positions of the whole prompt; spans past ids.size() are unused).
   void store(std::span<const int32_t> ids, int64_t n_prompt, const SequenceState& seq, Pin* pin,
-             uint64_t partition = 0);
+             uint64_t partition = 0, std::span<const MediaKey> media = {});
 
   /// Drops every RAM block (pinned ones too) and deletes the disk tier's files.
   void clear();
@@ -153,6 +166,10 @@ class PrefixCache {
   void evict_to_budget_locked(uint64_t incoming);
   void touch_locked(Block& b);
   uint64_t block_key(uint64_t parent, std::span<const int32_t> ids) const;
+  /// The parent a block at index b is keyed under: `parent` itself when no image overlaps the
+  /// block, else the first 8 bytes of SHA-256(parent, each overlapping image's position in the
+  /// block, length and digest). Blocks store this salted parent (disk files too).
+  uint64_t media_parent(uint64_t parent, int64_t b, std::span<const MediaKey> media) const;
   /// The parent of block 0 of `partition`: the fingerprint hash, salted unless partition is 0.
   uint64_t root_key(uint64_t partition) const;
   Block* find_locked(uint64_t key, uint64_t parent, std::span<const int32_t> ids, int64_t index);

@@ -146,6 +146,18 @@ std::shared_ptr<SeqHandle> Scheduler::submit(SeqRequest req) {
                   " outside [0, " + std::to_string(nv) + ")");
   for (int32_t id : req.forced_ids)
     if (id < 0 || id >= nv) throw Error("forced output: token id " + std::to_string(id) + " outside the vocabulary");
+  if (req.images) {
+    const ImagePrompt& ip = *req.images;
+    if (ip.ids != req.prompt) throw Error("images: the image prompt's ids are not the request's prompt");
+    if (ip.hidden != model_.config().hidden_size)
+      throw Error("images: rows of width " + std::to_string(ip.hidden) + ", the model's hidden_size is " +
+                  std::to_string(model_.config().hidden_size));
+    for (const MediaSpan& m : ip.media)
+      if (m.image < 0 || static_cast<size_t>(m.image) >= ip.rows.size() ||
+          ip.rows[static_cast<size_t>(m.image)].size() != static_cast<size_t>(m.n * ip.hidden))
+        throw Error("images: image " + std::to_string(m.image) + " has no rows for its " + std::to_string(m.n) +
+                    " positions");
+  }
   req.sampling.validate();
   auto h = std::make_shared<SeqHandle>(std::chrono::steady_clock::now());
   {
@@ -416,7 +428,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
           (s.prefilled % static_cast<size_t>(opt_.cache->options().block_tokens) == 0 || s.decoding())) {
         try {
           opt_.cache->store(std::span<const int32_t>(s.req.prompt).first(s.prefilled),
-                            static_cast<int64_t>(s.req.prompt.size()), s.seq, &s.pin, s.req.cache_partition);
+                            static_cast<int64_t>(s.req.prompt.size()), s.seq, &s.pin, s.req.cache_partition,
+                            s.media);
         } catch (const std::exception& ex) {  // e.g. out of memory: the cache is best effort
           absorbed(std::string("scheduler: prefix-cache store failed (the blocks are not cached): ") + ex.what());
         }

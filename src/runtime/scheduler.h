@@ -38,6 +38,7 @@
 #include "core/error.h"
 #include "model/k3_model.h"
 #include "runtime/generator.h"
+#include "runtime/image_prompt.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 #include "runtime/speculative.h"
@@ -63,6 +64,10 @@ struct SeqRequest {
   /// Prefix-cache partition (0 = shared): the sequence reuses and stores cached blocks of this
   /// partition only, and continues a kept slot state only of the same partition.
   uint64_t cache_partition = 0;
+  /// The prompt's images (runtime/image_prompt.h: rows at the <|media_pad|> positions, digests
+  /// for the prefix cache), or null. A sequence with images neither continues nor leaves a kept
+  /// slot state (those are keyed by ids only); the prefix cache serves it, keyed by content.
+  std::shared_ptr<const ImagePrompt> images;
 };
 
 /// Why a sequence ended.

@@ -31,7 +31,7 @@ void Scheduler::admit(Pending p, std::vector<std::unique_ptr<Slot>>& slots) {
         // A kept state is cut at an exact point (retire), so resuming there is bit-identical
         // to a one-pass prefill when the rest of the prompt is not a lone id the one-pass
         // prefill runs inside a longer piece.
-        const bool extends = kp.state && kp.partition == p.req.cache_partition && !kp.ids.empty() &&
+        const bool extends = kp.state && !p.req.images && kp.partition == p.req.cache_partition && !kp.ids.empty() &&
                              static_cast<int64_t>(kp.ids.size()) <= grid.max_resume(n_prompt) &&
                              std::equal(kp.ids.begin(), kp.ids.end(), p.req.prompt.begin());
         if (extends && kp.ids.size() > kept_len) id = k, kept_len = kp.ids.size();
@@ -55,7 +55,8 @@ void Scheduler::admit(Pending p, std::vector<std::unique_ptr<Slot>>& slots) {
     std::vector<int64_t> cuts;
     bool from_kept = false;
     if (opt_.cache != nullptr) {
-      reused = opt_.cache->lookup(p.req.prompt, &seq, &pin, p.req.cache_partition);
+      reused = opt_.cache->lookup(p.req.prompt, &seq, &pin, p.req.cache_partition,
+                                  p.req.images ? p.req.images->media_keys() : std::vector<MediaKey>{});
       cuts = opt_.cache->snapshot_points(n_prompt);
     }
     if (kept_len > static_cast<size_t>(reused)) {  // the slot's own sequence continues
@@ -137,7 +138,7 @@ void Scheduler::retire(Slot& s) {
   // prompt does not use (the prompt's tail, the generated ids in decode form): the kept state
   // is cut back to that point (outside the lock), so that a request extending it equals the
   // request run alone. A sequence that ended before reaching it keeps nothing.
-  if (opt_.keep_slot_states && !s.seq.failed() && !s.kept_kda.empty() && s.seq.n_past() >= s.kept_point) {
+  if (opt_.keep_slot_states && !s.req.images && !s.seq.failed() && !s.kept_kda.empty() && s.seq.n_past() >= s.kept_point) {
     try {
       s.seq.rollback_to(s.kept_kda, s.kept_point);
       s.seq.release_unused();

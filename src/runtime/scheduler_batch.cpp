@@ -53,6 +53,10 @@ void Scheduler::build_batch(std::vector<std::unique_ptr<Slot>>& slots, std::vect
     const bool last = n == end - start;
     batch.push_back({&s.seq, std::span<const int32_t>(s.req.prompt).subspan(s.prefilled, static_cast<size_t>(n)),
                      last ? BatchLogits::Last : BatchLogits::None});
+    if (s.req.images) {
+      s.piece_embeds = s.req.images->embeds(start, n);
+      batch.back().embeds = s.piece_embeds;
+    }
     who.push_back(i);
     budget -= n;
     any_prefill = true;

@@ -41,6 +41,8 @@ struct Scheduler::Slot {
   std::unique_ptr<Drafter> drafter;  ///< null: plain decoding
   Draft draft;                       ///< this step's drafts (verified when non-empty)
   std::vector<int32_t> window;       ///< this step's decode-form window [pending, drafts]
+  std::vector<EmbedRows> piece_embeds;  ///< this step's prompt piece's image rows (req.images)
+  std::vector<MediaKey> media;          ///< req.images' prefix-cache keys (empty: none)
   StateLog kda_steps;                ///< per-token KDA states of the window (rollback)
   int64_t n_drafted = 0;             ///< draft ids verified
   int64_t n_draft_accepted = 0;      ///< of those, emitted
@@ -57,6 +59,7 @@ struct Scheduler::Slot {
         sampler(req.sampling),
         decoder(std::move(lim), grid) {
     for (int32_t id : req.prompt) sampler.accept(id);  // llama.cpp's penalty history
+    if (req.images) media = req.images->media_keys();
   }
 };
 

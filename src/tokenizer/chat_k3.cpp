@@ -35,6 +35,8 @@ std::string escape_attr(const std::string& v) {
 class Builder {
  public:
   std::vector<ChatSegment> segs;
+  const std::vector<ChatImage>* images = nullptr;
+  std::size_t n_images = 0;  ///< image parts consumed so far
   void control(const char* s) { segs.push_back({s, true}); }
   void text(const std::string& s) {
     if (!s.empty()) segs.push_back({s, false});
@@ -63,8 +65,9 @@ std::string where(std::size_t i, const std::string& key) {
 }
 
 // Appends content: a string, null, or a list of {"type":"text","text":...} parts (each its own
-// text segment, as the reference does).
-void add_content(Builder& b, const OJ& msg, std::size_t i) {
+// text segment, as the reference does); in a user message, parts of type "image_url" or "image"
+// become the media block of the next image (spec vision.md §6.3).
+void add_content(Builder& b, const OJ& msg, std::size_t i, bool user = false) {
   auto it = msg.find("content");
   if (it == msg.end() || it->is_null()) return;
   if (it->is_string()) {
@@ -83,9 +86,22 @@ void add_content(Builder& b, const OJ& msg, std::size_t i) {
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
       throw Error(w + ": expected an object with a string \"type\"");
     const std::string type = part["type"];
+    if (type == "image_url" || type == "image") {
+      if (!user)
+        throw Error(w + ": an image part is only allowed in a user message (K3's processor takes images from "
+                        "user turns only)");
+      const std::size_t k = b.n_images++;
+      if (k >= b.images->size())
+        throw Error(w + ": image part " + std::to_string(k + 1) + " of the conversation has no image (" +
+                    std::to_string(b.images->size()) + " given)");
+      const ChatImage& im = (*b.images)[k];
+      if (im.n_tokens < 1 || im.width < 1 || im.height < 1)
+        throw Error(w + ": image " + std::to_string(k) + " has no size or no tokens");
+      b.segs.push_back({media_block_text(im), true, static_cast<int64_t>(k), im.n_tokens});
+      continue;
+    }
     if (type != "text")
-      throw Error(w + ": content part type \"" + type +
-                  "\" is not supported (text only; image prompts are not implemented)");
+      throw Error(w + ": content part type \"" + type + "\" is not supported (text, image_url or image)");
     if (!part.contains("text") || !part["text"].is_string()) throw Error(w + ".text: expected a string");
     b.text(part["text"].get<std::string>());
   }
@@ -222,6 +238,7 @@ ChatOptions ChatOptions::from_kwargs(const OJ& kw) {
 std::vector<ChatSegment> build_chat_segments(const OJ& messages, const ChatOptions& opt) {
   if (!messages.is_array()) throw Error("chat messages: expected a list, found " + std::string(messages.type_name()));
   Builder b;
+  b.images = &opt.images;
   if (!opt.tools.is_null()) {
     if (!opt.tools.is_array()) throw Error("chat tools: expected a list, found " + std::string(opt.tools.type_name()));
     if (!opt.tools.empty())
@@ -253,7 +270,7 @@ std::vector<ChatSegment> build_chat_segments(const OJ& messages, const ChatOptio
       const std::string name = opt_string(msg, "name", i);
       if (!name.empty()) attrs.emplace_back("name", name);
       b.open("message", attrs);
-      add_content(b, msg, i);
+      add_content(b, msg, i, role == "user");
       b.close("message");
       b.control(kEnd);
     } else if (role == "assistant") {
@@ -324,6 +341,9 @@ std::vector<ChatSegment> build_chat_segments(const OJ& messages, const ChatOptio
     else if (type != "text")
       throw Error("chat response_format.type: \"" + type + "\" is not supported (json_object or text)");
   }
+  if (b.n_images != opt.images.size())
+    throw Error("chat messages: " + std::to_string(b.n_images) + " image part(s) in user messages but " +
+                std::to_string(opt.images.size()) + " image(s) given");
   if (opt.add_generation_prompt) {
     b.open("message", {{"role", "assistant"}});
     b.open(opt.thinking ? "think" : "response");
@@ -331,13 +351,33 @@ std::vector<ChatSegment> build_chat_segments(const OJ& messages, const ChatOptio
   return b.segs;
 }
 
-std::vector<int32_t> encode_chat_segments(const Tokenizer& tok, const std::vector<ChatSegment>& segs) {
-  std::vector<int32_t> ids;
+std::string media_block_text(const ChatImage& image) {
+  return "<|media_begin|>image " + std::to_string(image.width) + "x" + std::to_string(image.height) +
+         "<|media_content|><|media_pad|><|media_end|>";
+}
+
+ChatIds encode_chat_with_media(const Tokenizer& tok, const std::vector<ChatSegment>& segs) {
+  ChatIds r;
+  int32_t pad = -1;
   for (const auto& s : segs) {
     const auto part = tok.encode(s.text, s.control ? AllowedSpecials::all() : AllowedSpecials::none());
-    ids.insert(ids.end(), part.begin(), part.end());
+    if (s.image < 0) {
+      r.ids.insert(r.ids.end(), part.begin(), part.end());
+      continue;
+    }
+    if (pad < 0) pad = tok.require_special("<|media_pad|>");
+    const auto at = std::find(part.begin(), part.end(), pad);
+    if (at == part.end()) throw Error("chat: the media block of image " + std::to_string(s.image) + " has no <|media_pad|>");
+    r.ids.insert(r.ids.end(), part.begin(), at);
+    r.media.push_back({static_cast<int64_t>(r.ids.size()), s.n_pads, s.image});
+    r.ids.insert(r.ids.end(), static_cast<std::size_t>(s.n_pads), pad);
+    r.ids.insert(r.ids.end(), at + 1, part.end());
   }
-  return ids;
+  return r;
+}
+
+std::vector<int32_t> encode_chat_segments(const Tokenizer& tok, const std::vector<ChatSegment>& segs) {
+  return encode_chat_with_media(tok, segs).ids;
 }
 
 std::string join_chat_segments(const std::vector<ChatSegment>& segs) {

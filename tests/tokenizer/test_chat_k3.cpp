@@ -240,3 +240,109 @@ TEST(ChatOutput, F7DeepArgumentInModelOutputIsKeptAsTextNotParsed) {
 }
 
 }  // namespace
+
+namespace {
+
+// Spec vision.md §6.3: a user turn [image 448x448, "Describe this image."], thinking off, no
+// effort message: 34 ids with one <|media_pad|> (HF convention); encoded with the image's 256
+// pads (vLLM convention) and the pad run's span.
+TEST(ChatK3Media, SpecExampleIdsAndPadSpan) {
+  const auto& t = k3test::kimi();
+  const OJ msgs = OJ::parse(R"([{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:x"}},
+                                 {"type":"text","text":"Describe this image."}]}])");
+  k3::ChatOptions o;
+  o.thinking = false;
+  o.thinking_effort.reset();
+  o.images = {{448, 448, 256}};
+  const auto segs = k3::build_chat_segments(msgs, o);
+  EXPECT_EQ(k3::join_chat_segments(segs),
+            "<|open|>message role=\"user\"<|sep|><|media_begin|>image 448x448<|media_content|><|media_pad|>"
+            "<|media_end|>Describe this image.<|close|>message<|sep|><|end_of_msg|><|open|>message "
+            "role=\"assistant\"<|sep|><|open|>response<|sep|>");
+  const k3::ChatIds c = k3::encode_chat_with_media(t, segs);
+  ASSERT_EQ(c.media.size(), 1u);
+  EXPECT_EQ(c.media[0].pos, 14);
+  EXPECT_EQ(c.media[0].n, 256);
+  EXPECT_EQ(c.media[0].image, 0);
+  ASSERT_EQ(c.ids.size(), 34u - 1 + 256);
+  for (int64_t i = 0; i < 256; ++i) EXPECT_EQ(c.ids[14 + i], 163605);
+  std::vector<int32_t> one_pad(c.ids.begin(), c.ids.begin() + 15);
+  one_pad.insert(one_pad.end(), c.ids.begin() + 14 + 256, c.ids.end());
+  const std::vector<int32_t> spec = {163587, 2778,   6244,   878,    2482,  1,     163589, 163602, 4017,
+                                     220,    39799,  87,     39799,  163603, 163605, 163604, 48848, 566,
+                                     4082,   13,     163588, 2778,   163589, 163586, 163587, 2778,  6244,
+                                     878,    69702,  1,      163589, 163587, 12092,  163589};
+  EXPECT_EQ(one_pad, spec);
+  EXPECT_EQ(k3::encode_chat_segments(t, segs), c.ids);
+}
+
+// Several images over several turns: in order, each with its size and pad count.
+TEST(ChatK3Media, ImagesAreConsumedInOrderAcrossTurns) {
+  const auto& t = k3test::kimi();
+  const OJ msgs = OJ::parse(R"([
+    {"role":"user","content":[{"type":"image_url","image_url":{"url":"a"}},{"type":"image","image":"b"},
+                              {"type":"text","text":"Compare."}]},
+    {"role":"assistant","content":"They differ."},
+    {"role":"user","content":[{"type":"text","text":"And this?"},{"type":"image_url","image_url":{"url":"c"}}]}])");
+  k3::ChatOptions o;
+  o.images = {{1920, 1080, 4}, {611, 437, 2}, {28, 28, 1}};
+  const k3::ChatIds c = k3::encode_chat_with_media(t, k3::build_chat_segments(msgs, o));
+  ASSERT_EQ(c.media.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(c.media[k].image, k);
+    EXPECT_EQ(c.media[k].n, o.images[k].n_tokens);
+    for (int64_t i = 0; i < c.media[k].n; ++i) EXPECT_EQ(c.ids[c.media[k].pos + i], 163605);
+    EXPECT_EQ(c.ids[c.media[k].pos - 1], 163603);            // <|media_content|>
+    EXPECT_EQ(c.ids[c.media[k].pos + c.media[k].n], 163604);  // <|media_end|>
+  }
+  EXPECT_LT(c.media[0].pos + c.media[0].n, c.media[1].pos);
+  // "image 1920x1080" is ordinary BPE (spec §6.1)
+  const std::vector<int32_t> size_ids(c.ids.begin() + c.media[0].pos - 8, c.ids.begin() + c.media[0].pos - 1);
+  EXPECT_EQ(size_ids, (std::vector<int32_t>{4017, 220, 7506, 15, 87, 11886, 15}));
+  int64_t pads = 0;
+  for (int32_t id : c.ids) pads += id == 163605;
+  EXPECT_EQ(pads, 7);
+}
+
+TEST(ChatK3Media, MismatchesAndMisplacedImagesAreErrors) {
+  const OJ one = OJ::parse(R"([{"role":"user","content":[{"type":"image_url","image_url":{"url":"a"}}]}])");
+  k3::ChatOptions o;
+  // an image part without an image
+  EXPECT_THROW(k3::build_chat_segments(one, o), k3::Error);
+  // an image without a part
+  o.images = {{28, 28, 1}, {28, 28, 1}};
+  try {
+    k3::build_chat_segments(one, o);
+    ADD_FAILURE() << "accepted";
+  } catch (const k3::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1 image part(s) in user messages but 2 image(s) given"), std::string::npos)
+        << e.what();
+  }
+  // an image in an assistant or system message
+  o.images = {{28, 28, 1}};
+  EXPECT_THROW(k3::build_chat_segments(
+                   OJ::parse(R"([{"role":"system","content":[{"type":"image_url","image_url":{"url":"a"}}]}])"), o),
+               k3::Error);
+  EXPECT_THROW(k3::build_chat_segments(OJ::parse(R"([{"role":"user","content":"x"},
+      {"role":"assistant","content":[{"type":"image_url","image_url":{"url":"a"}}]}])"),
+                                       o),
+               k3::Error);
+  // an unknown part type names itself
+  try {
+    k3::build_chat_segments(OJ::parse(R"([{"role":"user","content":[{"type":"video_url"}]}])"), {});
+    ADD_FAILURE() << "accepted";
+  } catch (const k3::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"video_url\" is not supported"), std::string::npos) << e.what();
+  }
+}
+
+// The literal placeholder of encoding_k3.py in user text is text, never an image slot (spec §6.3).
+TEST(ChatK3Media, LiteralPlaceholderInTextIsNotAnImage) {
+  const auto& t = k3test::kimi();
+  const OJ msgs = OJ::parse(R"([{"role":"user","content":"see <|kimi_image_placeholder|> and <|media_pad|>"}])");
+  const k3::ChatIds c = k3::encode_chat_with_media(t, k3::build_chat_segments(msgs, {}));
+  EXPECT_TRUE(c.media.empty());
+  for (int32_t id : c.ids) EXPECT_NE(id, 163605);
+}
+
+}  // namespace

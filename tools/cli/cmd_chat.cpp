@@ -12,6 +12,10 @@
 // The conversation survives a full context: when it does not fit in -c (with room for the
 // answer) the oldest turns are dropped at turn boundaries, the system message kept
 // (runtime/chat_history.h), and a message that cannot fit at all is refused with a note.
+// `/image PATH` attaches a PNG, JPEG or WebP picture to the next message (a checkpoint with a
+// vision tower; the tower runs once per picture, runtime/image_prompt.h); the picture is part of
+// that user turn (an image_url part whose url is the path, so --state-save / --state-load keep it
+// and read it again), and it leaves the context with its turn.
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,11 +42,14 @@
 #include "runtime/chat_history.h"
 #include "runtime/chat_stream.h"
 #include "runtime/generator.h"
+#include "runtime/image_prompt.h"
 #include "runtime/loaded_model.h"
 #include "runtime/nonfinite.h"
 #include "runtime/stats.h"
 #include "tokenizer/chat_k3.h"
 #include "tokenizer/chat_output.h"
+#include "vision/image_preprocess.h"
+#include "vision/vision_tower.h"
 
 namespace {
 
@@ -222,6 +229,7 @@ void run(const ChatCliOptions& o) {
   // Default-constructed (empty) until a turn's prompt is prefilled.
   std::optional<k3::SequenceState> resume;
   std::vector<int32_t> resume_ids;
+  std::vector<std::string> resumed_paths;  ///< the resumed conversation's picture files, in order
   if (!o.state_load.empty()) {
     if (!o.system.empty()) throw k3::Error("--system: the conversation comes from --state-load; give one of them");
     k3::SequenceFileMeta meta;
@@ -234,9 +242,43 @@ void run(const ChatCliOptions& o) {
       throw k3::Error("--state-load '" + o.state_load +
                       "': not a k3 chat state (no \"messages\" array; a `k3 run` state?)");
     messages = extra["messages"];
+    // pictures of a resumed conversation are read again from their paths (the image parts' urls)
+    for (const auto& m : messages)
+      if (m.is_object() && m.value("role", "") == "user" && m.contains("content") && m["content"].is_array())
+        for (const auto& part : m["content"])
+          if (part.is_object() && part.value("type", "") == "image_url" && part.contains("image_url") &&
+              part["image_url"].is_object() && part["image_url"].contains("url") &&
+              part["image_url"]["url"].is_string())
+            resumed_paths.push_back(part["image_url"]["url"].get<std::string>());
     std::fprintf(stderr, "k3 chat: resumed %zu messages (%lld tokens of state) from '%s'\n", messages.size(),
                  static_cast<long long>(resume->n_past()), o.state_load.c_str());
   }
+
+  // Pictures (/image PATH): the conversation's images in order (one per image part of its user
+  // messages, the part's url is the path), their tower rows and digests, computed once each; and
+  // the ones attached to the next message.
+  struct ChatPicture {
+    std::string path;
+    k3::vision::ImagePatches patches;
+    std::vector<float> rows;
+    uint64_t digest = 0;
+  };
+  std::vector<ChatPicture> pictures, attached;
+  std::unique_ptr<k3::vision::VisionTower> tower;
+  const int64_t hidden = lm.model->config().hidden_size;
+  auto load_picture = [&](const std::string& path) {
+    if (!lm.checkpoint->config().vision) k3::refuse_image_without_tower("/image '" + path + "'");
+    if (!tower) tower = std::make_unique<k3::vision::VisionTower>(*lm.checkpoint);
+    ChatPicture p;
+    p.path = path;
+    p.patches = k3::vision::preprocess_image_file(path, k3::vision::ImagePreprocessConfig::for_model_dir(o.gen.model_dir),
+                                                  k3::vision::ImageLimits{});
+    const k3::vision::VisionOutput v = tower->encode(std::span<const k3::vision::ImagePatches>(&p.patches, 1));
+    p.rows = v.embeddings;
+    p.digest = k3::image_digest(p.patches);
+    return p;
+  };
+  for (const std::string& path : resumed_paths) pictures.push_back(load_picture(path));
 
   const bool tty_in = isatty(0) != 0, tty_out = isatty(1) != 0;
   // notices (folded thinking, a turn without an answer): dimmed on a terminal
@@ -299,6 +341,23 @@ void run(const ChatCliOptions& o) {
       }
       continue;
     }
+    if (line.rfind("/image ", 0) == 0 || line == "/image") {  // a picture for the next message, not sent
+      const std::string path = line.size() > 7 ? line.substr(7) : "";
+      if (path.empty()) {
+        std::fprintf(stderr, "k3 chat: /image PATH attaches a PNG, JPEG or WebP file to the next message\n");
+        continue;
+      }
+      try {
+        attached.push_back(load_picture(path));
+        const auto& p = attached.back().patches;
+        std::fprintf(stderr, "k3 chat: attached '%s' (%lldx%lld, %lld image tokens) to the next message\n",
+                     path.c_str(), static_cast<long long>(p.width), static_cast<long long>(p.height),
+                     static_cast<long long>(p.n_tokens()));
+      } catch (const k3::Error& e) {
+        std::fprintf(stderr, "k3 chat: picture not attached: %s\n", e.what());
+      }
+      continue;
+    }
     try {
       k3cli::check_utf8(line, o.strict_utf8, "k3 chat: message");
     } catch (const k3::Error& e) {  // --strict-utf8: refused, the conversation goes on
@@ -306,10 +365,25 @@ void run(const ChatCliOptions& o) {
       continue;
     }
     nlohmann::ordered_json kept = messages;  // restored when the message is refused
-    messages.push_back({{"role", "user"}, {"content", line}});
+    const size_t kept_pictures = pictures.size();
+    if (attached.empty()) {
+      messages.push_back({{"role", "user"}, {"content", line}});
+    } else {
+      nlohmann::ordered_json content = nlohmann::ordered_json::array();
+      for (ChatPicture& p : attached) {
+        content.push_back({{"type", "image_url"}, {"image_url", {{"url", p.path}}}});
+        pictures.push_back(std::move(p));
+      }
+      attached.clear();
+      content.push_back({{"type", "text"}, {"text", line}});
+      messages.push_back({{"role", "user"}, {"content", content}});
+    }
+    copt.images.clear();
+    for (const ChatPicture& p : pictures) copt.images.push_back(k3::chat_image(p.patches));
     k3::ChatFit fit = k3::fit_chat_to_context(tok, messages, copt, o.gen.n_ctx, reserve);
     if (!fit.fits) {
       messages = std::move(kept);
+      pictures.resize(kept_pictures);  // the refused message's pictures are dropped with it
       std::fprintf(
           stderr,
           "k3 chat: message not sent: with the system prompt it takes more than -c/--ctx-size %lld tokens (the conversation continues)\n",
@@ -323,6 +397,14 @@ void run(const ChatCliOptions& o) {
           fit.dropped_turns, static_cast<long long>(fit.dropped_tokens),
           o.system.empty() ? "" : ", the system prompt kept", fit.prompt.size());
     const std::vector<int32_t> prompt = std::move(fit.prompt);
+    pictures.erase(pictures.begin(), pictures.begin() + fit.dropped_images);  // with their turns
+    std::vector<k3::EmbedRows> image_rows;
+    std::vector<k3::MediaKey> image_keys;
+    for (const k3::MediaSpan& m : fit.media) {
+      const ChatPicture& p = pictures[static_cast<size_t>(m.image)];
+      image_rows.push_back({m.pos, m.n, p.rows});
+      image_keys.push_back({m.pos, m.n, p.digest});
+    }
 
     k3::SequenceState seq = lm.model->new_sequence();
     size_t n_continued = 0;  // prompt ids already in a resumed state
@@ -357,6 +439,11 @@ void run(const ChatCliOptions& o) {
     sampler.reset_history();  // generate() accepts the prompt's ids
     for (size_t i = 0; i < n_continued; ++i) sampler.accept(prompt[i]);
     go.cache = n_continued > 0 ? nullptr : cache.get();
+    // image rows are relative to the fed part of the prompt (after any resumed ids)
+    const std::vector<k3::EmbedRows> fed_rows = k3::embeds_in_range(
+        image_rows, static_cast<int64_t>(n_continued), static_cast<int64_t>(prompt.size() - n_continued), hidden);
+    go.embeds = fed_rows;
+    go.media = image_keys;
     g_interrupted.store(false);
     k3::GenerateResult res;
     {  // the prompt fits (checked above); another error (e.g. NaN weights) propagates to main()

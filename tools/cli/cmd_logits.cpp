@@ -3,6 +3,9 @@
 // position; --dump DIR writes the named intermediates (model/dump.h); --generate N also prints a
 // greedy N-token continuation (prefill, then one decode step per token). Rows are streamed in the
 // model's prefill pieces (O(piece x vocab) memory); a NaN/Inf row is an error naming its position.
+// --image FILE (repeatable) with -p TEXT: one user turn of the K3 chat format holding the images
+// then the text (runtime/image_prompt.h); the image embeddings of the vision tower are written at
+// the <|media_pad|> positions; --ids-out writes the rendered ids.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,7 +23,10 @@
 #include "core/read_file.h"
 #include "flag_checks.h"
 #include "ranks.h"
+#include "runtime/image_prompt.h"
 #include "runtime/nonfinite.h"
+#include "tokenizer/tokenizer.h"
+#include "vision/image_preprocess.h"
 #include "io/checkpoint.h"
 #include "model/dump.h"
 #include "model/k3_model.h"
@@ -62,7 +68,9 @@ int32_t argmax(const float* x, int64_t n) {
 }
 
 struct Options {
-  std::string model, ids, ids_file, out, dump;
+  std::string model, ids, ids_file, out, dump, prompt, ids_out;
+  std::vector<std::string> images;
+  bool no_think = false;
   int top_k = 5;
   int generate = 0;
   k3cli::InputLimit input_limit;
@@ -124,8 +132,15 @@ class NpyRowWriter {
 
 void run(const Options& o) {
   std::vector<int32_t> ids;
-  if (!o.ids.empty() == !o.ids_file.empty()) throw k3::Error("logits: give exactly one of --ids or --ids-file");
-  if (!o.ids.empty()) {
+  const bool chat = !o.images.empty() || !o.prompt.empty();
+  if (chat && (!o.ids.empty() || !o.ids_file.empty()))
+    throw k3::Error("logits: --image/-p render a chat turn; give them or --ids/--ids-file, not both");
+  if (chat && o.prompt.empty()) throw k3::Error("logits: --image needs -p TEXT (the user's text after the images)");
+  if (!chat && !o.ids.empty() == !o.ids_file.empty())
+    throw k3::Error("logits: give exactly one of --ids, --ids-file or -p TEXT [--image FILE]");
+  if (chat) {
+    // rendered after the model is opened (the tokenizer and the tower come with it)
+  } else if (!o.ids.empty()) {
     ids = parse_ids(o.ids, "--ids");
   } else {
     ids = parse_ids(k3::read_file_bounded(o.ids_file, "--ids-file", o.input_limit.limits()),
@@ -135,6 +150,7 @@ void run(const Options& o) {
   if (o.generate < 0) throw k3::Error("--generate: expected >= 0, found " + std::to_string(o.generate));
   // Under N ranks (ranks.h) every rank runs this with the same flags; rank 0 writes --out.
   if (!o.dump.empty()) k3cli::refuse_ranks("k3 logits --dump");
+  if (!o.images.empty()) k3cli::refuse_ranks("k3 logits --image");
   auto ck = k3::Checkpoint::open(o.model);
   // `k3 logits` is exact by default (numerics 'exact': fp32 activations, the fp64 reference's
   // 1e-5 contract); --numerics / K3_NUMERICS select another mode, K3_MXFP4 the expert path.
@@ -143,6 +159,35 @@ void run(const Options& o) {
   mo.comm = k3cli::world();
   k3::Model model(*ck, mo);
   k3cli::check_ranks(*ck, model);
+  k3::ImagePrompt ip;
+  if (chat) {
+    if (!o.images.empty() && !ck->config().vision) k3::refuse_image_without_tower("--image '" + o.images[0] + "'");
+    const k3::Tokenizer tok = k3::Tokenizer::load(o.model);
+    std::vector<k3::vision::ImagePatches> patches;
+    std::unique_ptr<k3::vision::VisionTower> tower;
+    nlohmann::ordered_json content = nlohmann::ordered_json::array();
+    if (!o.images.empty()) {
+      const auto cfg = k3::vision::ImagePreprocessConfig::for_model_dir(o.model);
+      for (const std::string& f : o.images) {
+        patches.push_back(k3::vision::preprocess_image_file(f, cfg, k3::vision::ImageLimits{}));
+        content.push_back({{"type", "image_url"}, {"image_url", {{"url", f}}}});
+      }
+      tower = std::make_unique<k3::vision::VisionTower>(*ck);
+    }
+    content.push_back({{"type", "text"}, {"text", o.prompt}});
+    const nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", content}}});
+    k3::ChatOptions copt;
+    copt.thinking = !o.no_think;
+    ip = k3::build_image_prompt(tok, tower.get(), model.config().hidden_size, messages, copt, patches);
+    ids = ip.ids;
+    ip.hidden = model.config().hidden_size;
+    if (!o.ids_out.empty()) {
+      std::ofstream f(o.ids_out);
+      for (size_t i = 0; i < ids.size(); ++i) f << (i ? "," : "") << ids[i];
+      f << "\n";
+      if (!f) throw k3::Error("--ids-out: cannot write '" + o.ids_out + "'");
+    }
+  }
   k3cli::check_same_input({ids}, "ids");
   const int64_t n_vocab = model.config().vocab_size, T = static_cast<int64_t>(ids.size());
   for (int64_t t = 0; t < T; ++t)
@@ -181,7 +226,8 @@ void run(const Options& o) {
   };
   auto forward = [&](std::span<const int32_t> piece, bool all, k3::DumpSink* dump, int64_t upto) {
     try {
-      return model.forward(seq, piece, all, dump);
+      const int64_t pos = static_cast<int64_t>(piece.data() - ids.data());
+      return model.forward(seq, piece, ip.embeds(pos, static_cast<int64_t>(piece.size())), all, dump);
     } catch (const k3::Error& e) {
       if (npy) npy->discard();
       throw k3::Error(
@@ -236,6 +282,10 @@ const k3cli::Registrar kReg(
       sub->add_option("-m,--model", o->model, "checkpoint directory")->required();
       sub->add_option("--ids", o->ids, "comma-separated token ids, e.g. 1,2,3");
       sub->add_option("--ids-file", o->ids_file, "file of token ids (comma/whitespace separated)");
+      sub->add_option("-p,--prompt", o->prompt, "user text of one K3 chat turn (with --image: after the images)");
+      sub->add_option("--image", o->images, "PNG, JPEG or WebP file in the chat turn (repeatable; needs a vision tower)");
+      sub->add_flag("--no-think", o->no_think, "render the chat turn with thinking off");
+      sub->add_option("--ids-out", o->ids_out, "with -p: write the rendered ids (comma-separated) to FILE");
       sub->add_option("--out", o->out, "write logits as .npy float32 [n_tokens, vocab]");
       sub->add_option("--top-k", o->top_k, "print the top-k logits per position (default 5)")
           ->check(k3cli::IntRange(1, INT32_MAX));

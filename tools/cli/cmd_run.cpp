@@ -2,6 +2,9 @@
 // as plain text), prints it, then streams the continuation to stdout token by token (UTF-8
 // safe) until a stop token (<|end_of_msg|>, [EOS]), -n tokens or a full context (-c).
 // End-of-run stats go to stderr. --json prints one JSON object instead (for scripts/tests).
+// --image FILE (repeatable): the images and the prompt text become one user turn of the K3 chat
+// format (runtime/image_prompt.h; --no-think renders it with thinking off); the vision tower's
+// embeddings enter the model at the <|media_pad|> positions.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -20,6 +23,8 @@
 #include "progress_bar.h"
 #include "spec_flags.h"
 #include "runtime/generator.h"
+#include "runtime/image_prompt.h"
+#include "vision/image_preprocess.h"
 #include "runtime/loaded_model.h"
 #include "runtime/nonfinite.h"
 #include "runtime/stats.h"
@@ -36,6 +41,8 @@ struct RunOptions {
   bool no_stats = false;
   bool json = false;
   bool strict_utf8 = false;
+  std::vector<std::string> images;  ///< --image FILE (repeatable)
+  bool no_think = false;            ///< --no-think (with --image)
   k3cli::InputLimit input_limit;
   std::string state_save;      ///< --state-save FILE
   std::string state_load;      ///< --state-load FILE
@@ -76,6 +83,11 @@ void run(const RunOptions& o) {
   if (o.prompt_ids.empty() && n_sources == 1)
     k3cli::check_utf8(prompt_text, o.strict_utf8,
                       o.prompt_file.empty() ? "-p/--prompt" : "-f/--file '" + o.prompt_file + "'");
+  if (!o.images.empty() && (!o.prompt_ids.empty() || !o.state_load.empty()))
+    throw k3::Error("--image: give the text with -p or -f (the images and the text form one chat turn); "
+                    "--prompt-ids and --state-load do not take images");
+  if (o.no_think && o.images.empty()) throw k3::Error("--no-think: only with --image (it renders the chat turn)");
+  if (!o.images.empty()) k3cli::refuse_ranks("k3 run --image");
   k3cli::set_threads(o.gen.threads);
 
   const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(1);  // memory plan
@@ -86,8 +98,30 @@ void run(const RunOptions& o) {
   k3cli::check_ranks(*lm.checkpoint, *lm.model);
   const std::optional<k3::PageInStats> warm = o.gen.warm_up(lm, progress.fn());
   const k3::Tokenizer& tok = *lm.tokenizer;
-  std::vector<int32_t> prompt =
-      o.prompt_ids.empty() ? tok.encode(prompt_text) : parse_ids(o.prompt_ids, tok.vocab_size());
+  std::vector<int32_t> prompt;
+  k3::ImagePrompt ip;  // with --image: the chat turn's ids and image embeddings
+  if (!o.images.empty()) {
+    if (!lm.checkpoint->config().vision) k3::refuse_image_without_tower("--image '" + o.images[0] + "'");
+    const auto cfg = k3::vision::ImagePreprocessConfig::for_model_dir(o.gen.model_dir);
+    std::vector<k3::vision::ImagePatches> patches;
+    nlohmann::ordered_json content = nlohmann::ordered_json::array();
+    for (const std::string& f : o.images) {
+      patches.push_back(k3::vision::preprocess_image_file(f, cfg, k3::vision::ImageLimits{}));
+      content.push_back({{"type", "image_url"}, {"image_url", {{"url", f}}}});
+    }
+    content.push_back({{"type", "text"}, {"text", prompt_text}});
+    const k3::vision::VisionTower tower(*lm.checkpoint);
+    k3::ChatOptions copt;
+    copt.thinking = !o.no_think;
+    ip = k3::build_image_prompt(tok, &tower, lm.model->config().hidden_size,
+                                nlohmann::ordered_json::array({{{"role", "user"}, {"content", content}}}), copt,
+                                patches);
+    prompt = ip.ids;
+  } else {
+    prompt = o.prompt_ids.empty() ? tok.encode(prompt_text) : parse_ids(o.prompt_ids, tok.vocab_size());
+  }
+  const std::vector<k3::EmbedRows> image_rows = ip.embeds();
+  const std::vector<k3::MediaKey> image_keys = ip.media_keys();
   const std::string fingerprint = k3::model_fingerprint(*lm.checkpoint, *lm.model);
   // --state-load: the saved sequence continues. Its last sampled id was never fed (generate()'s
   // invariant), so it goes first, then the new prompt: with no new prompt the run continues
@@ -125,6 +159,8 @@ void run(const RunOptions& o) {
   k3cli::check_same_input({history, prompt, go.stop_ids}, "prompt ids, saved-state ids or stop ids");
   go.cache = cache.get();
   go.on_prefill_progress = progress.fn();
+  go.embeds = image_rows;
+  go.media = image_keys;
   k3::LoadedModel draft;
   const std::unique_ptr<k3::Speculator> spec = o.spec.make(lm, sp, o.gen.model_options(), draft);
   go.speculative = spec.get();
@@ -242,6 +278,10 @@ k3cli::Registrar reg("run", "Generate a continuation of a prompt, streamed to st
                        sub->add_option("-p,--prompt", o->prompt, "prompt text (raw, no chat template, no [BOS])");
                        sub->add_option("-f,--file", o->prompt_file, "read the prompt from this file");
                        sub->add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
+                       sub->add_option("--image", o->images,
+                                       "PNG, JPEG or WebP file: the images and -p/-f text form one user turn of the "
+                                       "K3 chat format (repeatable; needs a checkpoint with a vision tower)");
+                       sub->add_flag("--no-think", o->no_think, "with --image: render the chat turn with thinking off");
                        sub->add_flag("--strict-utf8", o->strict_utf8,
                                      "refuse a prompt that is not valid UTF-8 (default: warn)");
                        o->input_limit.add_to(sub);

@@ -33,6 +33,7 @@
 #include "metrics.h"
 #include "runtime/loaded_model.h"
 #include "runtime/scheduler.h"
+#include "vision/vision_tower.h"
 #include "serve_context.h"
 #include "spec_flags.h"
 
@@ -58,6 +59,9 @@ struct ServeOptions {
   k3cli::CacheFlags cache;
   std::string slot_save_path;
   int64_t max_tokenize_tokens = int64_t{1} << 20;
+  uint64_t max_image_bytes = 20ull << 20;            ///< --max-image-bytes
+  uint64_t max_image_pixels = 7168ull * 7168;        ///< --max-image-pixels (W0 x H0 of one image)
+  int64_t max_images = 16;                           ///< --max-images (per request)
   k3cli::SpecFlags spec;  // speculative decoding in the scheduler
 };
 
@@ -320,6 +324,7 @@ void serve(const ServeOptions& o) {
   }
 
   k3::server::Metrics metrics;
+  std::unique_ptr<k3::vision::VisionTower> tower;  // outlives ctx, which points at it
   k3::server::ServeContext ctx;
   ctx.tok = lm.tokenizer.get();
   ctx.scheduler = sched.get();
@@ -337,6 +342,19 @@ void serve(const ServeOptions& o) {
   ctx.max_tokenize_tokens = o.max_tokenize_tokens;
   ctx.handles = &handles;
   ctx.policy = &policy;
+  // Images: the tower of a checkpoint that has one (bound to its mapping; runs per request in
+  // the runtime, image_prompt.h); a text-only checkpoint refuses image parts.
+  if (lm.checkpoint->config().vision) {
+    tower = std::make_unique<k3::vision::VisionTower>(*lm.checkpoint);
+    ctx.image_config = k3::vision::ImagePreprocessConfig::for_model_dir(o.gen.model_dir);
+  }
+  ctx.vision = tower.get();
+  ctx.image_limits.max_bytes = o.max_image_bytes;
+  ctx.image_limits.max_source_pixels = o.max_image_pixels;
+  ctx.image_parts.max_bytes = o.max_image_bytes;
+  ctx.image_parts.max_images = o.max_images;
+  ctx.hidden_size = lm.model->config().hidden_size;
+  ctx.ranks = lm.model->comm().size();
   http.set_ready(&ctx);
   std::string sampling = defaults.sampling.describe();
   if (!defaults.seed_given && sampling.rfind(" | seed") != std::string::npos)
@@ -469,6 +487,17 @@ k3cli::Registrar reg(
       sub->add_option("--max-tokenize-tokens", o->max_tokenize_tokens,
                       "ids one POST /tokenize may produce (more: 413); the server's /tokenize "
                       "requests together reserve at most twice this (more: 429)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+      sub->add_option("--max-image-bytes", o->max_image_bytes,
+                      "bytes of one image of a chat request (its data: URL decoded; more: 413)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+      sub->add_option("--max-image-pixels", o->max_image_pixels,
+                      "source pixels (width x height) of one image (more: 400, refused from its header)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+      sub->add_option("--max-images", o->max_images, "images in one chat request (more: 413)")
           ->capture_default_str()
           ->check(CLI::PositiveNumber);
       sub->callback([o] { serve(*o); });

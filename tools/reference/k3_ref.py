@@ -373,11 +373,13 @@ class Dumper:
             json.dump({"tensors": [n for n, _ in self.items]}, f, indent=1)
 
 
-def forward(model, ids, dump=None):
+def forward(model, ids, dump=None, embed_rows=()):
     """Full K3 forward pass over one sequence (k3-architecture.md §3.1 flow, §3.7 head).
 
     model: a Model or a checkpoint directory path; ids: sequence of T token ids.
     dump: None, a directory path (dump written there) or a Dumper (filled in place).
+    embed_rows: (pos, rows [n, hidden]) pairs: input rows pos..pos+n-1 are these vectors instead
+    of embedding-table rows (the image path, shared/spec/vision.md §6.2).
     Returns logits float64 [T, vocab].
     """
     if not isinstance(model, Model):
@@ -394,7 +396,10 @@ def forward(model, ids, dump=None):
     dmp = dumper if dumper is not None else (lambda *a, **k: None)
     eps = tc["rms_norm_eps"]
     S = tc["attn_res_block_size"]
-    x0 = t["model.embed_tokens.weight"][ids]
+    x0 = np.array(t["model.embed_tokens.weight"][ids], dtype=np.float64)
+    for pos, rows in embed_rows:
+        rows = np.asarray(rows, np.float64)
+        x0[pos:pos + rows.shape[0]] = rows
     dmp("tok.embed", x0)
     bank = []
     prefix = x0

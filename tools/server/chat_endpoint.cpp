@@ -99,8 +99,10 @@ void handle_chat(const ServeContext& ctx, const httplib::Request& req, httplib::
   ChatRequest cr = parse_chat_request(body, ctx.defaults);
   check_model(ctx, cr.gen.model);
   std::vector<int32_t> prompt;
-  prompt = render_chat_request(ctx, cr);
+  std::shared_ptr<const ImagePrompt> images;
+  prompt = render_chat_request_images(ctx, cr, &images);
   SeqRequest q = make_seq_request(ctx, std::move(prompt), cr.gen);
+  q.images = std::move(images);
   if (ctx.policy) q.cache_partition = cache_partition(*ctx.policy, request_head(req).authorization, cr.gen.user);
   const bool want_lp = cr.gen.top_logprobs >= 0;
   const ResponseMeta meta = ResponseMeta::make("chatcmpl-", ctx.model_id);

@@ -42,6 +42,15 @@ void check_model(const ServeContext& ctx, const std::string& model);
 /// render_chat of a parsed chat request; the renderer's k3::Error becomes ApiError 400 with
 /// param "response_format" when it names that field, else "messages".
 std::vector<int32_t> render_chat_request(const ServeContext& ctx, const ChatRequest& cr);
+/// render_chat_request for a request that may hold images: its image_url parts are taken out
+/// of cr.messages (image_parts.h, HTTP-side: data URL -> bytes), then the runtime preprocesses
+/// them, runs the tower and renders the media blocks (image_prompt_from_bytes); *images is set
+/// when there were any (null otherwise). Errors: ApiError 400/413 naming messages[i].content[k]
+/// (bad data URL, over a limit, undecodable image), 400 for a checkpoint without a tower or
+/// more than one rank.
+/// `encode` false (/tokenize): the images are decoded and sized but the tower does not run.
+std::vector<int32_t> render_chat_request_images(const ServeContext& ctx, ChatRequest& cr,
+                                                std::shared_ptr<const ImagePrompt>* images, bool encode = true);
 
 /// Sets a JSON body.
 void send_json(httplib::Response& res, const nlohmann::ordered_json& j, int status = 200);

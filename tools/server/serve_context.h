@@ -8,11 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "image_parts.h"
 #include "metrics.h"
 #include "openai_request.h"
 #include "request_policy.h"
 #include "runtime/scheduler.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/image_config.h"
+#include "vision/vision_tower.h"
 
 namespace k3::server {
 
@@ -105,6 +108,16 @@ struct ServeContext {
   /// /tokenize requests together reserve at most twice this (more: 429).
   int64_t max_tokenize_tokens = int64_t{1} << 20;
   std::shared_ptr<TokenizeBudget> tokenize_budget = std::make_shared<TokenizeBudget>();
+  /// Images of chat requests (image_parts.h; runtime/image_prompt.h runs the tower): the
+  /// checkpoint's tower (null: text-only, images refused), its preprocessing, the decoder's
+  /// limits (--max-image-pixels), the request limits (--max-image-bytes, --max-images), the text
+  /// model's hidden_size and the number of ranks (images are refused under more than one).
+  const vision::VisionTower* vision = nullptr;
+  vision::ImagePreprocessConfig image_config;
+  vision::ImageLimits image_limits;
+  ImagePartLimits image_parts;
+  int64_t hidden_size = 0;
+  int ranks = 1;
 };
 
 /// Token counts of the request being served on this thread, for its log line (httplib runs a

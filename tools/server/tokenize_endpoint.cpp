@@ -26,6 +26,31 @@ std::vector<int32_t> render_chat_request(const ServeContext& ctx, const ChatRequ
   }
 }
 
+std::vector<int32_t> render_chat_request_images(const ServeContext& ctx, ChatRequest& cr,
+                                                std::shared_ptr<const ImagePrompt>* images, bool encode) {
+  *images = nullptr;
+  const std::vector<ImageBytes> bytes = take_request_images(cr.messages, ctx.image_parts);
+  if (bytes.empty()) return render_chat_request(ctx, cr);
+  if (ctx.vision == nullptr)
+    throw bad_request("messages", bytes[0].name +
+                                      ": this model has no vision tower (a text-only checkpoint), so it cannot take "
+                                      "images; send text only");
+  if (ctx.ranks > 1)
+    throw bad_request("messages", bytes[0].name + ": images are not supported yet when k3 serve runs on " +
+                                      std::to_string(ctx.ranks) + " MPI ranks (run it as one process)");
+  try {
+    auto ip = std::make_shared<ImagePrompt>(image_prompt_from_bytes(*ctx.tok, ctx.vision, ctx.hidden_size, cr.messages,
+                                                                    cr.chat, bytes, ctx.image_config, ctx.image_limits,
+                                                                    encode));
+    std::vector<int32_t> ids = ip->ids;
+    *images = std::move(ip);
+    return ids;
+  } catch (const k3::Error& e) {
+    const std::string m = e.what();
+    throw bad_request(m.find("response_format") != std::string::npos ? "response_format" : "messages", m);
+  }
+}
+
 void send_json(httplib::Response& res, const Json& j, int status) {
   res.status = status;
   res.set_content(j.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
@@ -77,8 +102,9 @@ void handle_tokenize(const ServeContext& ctx, const httplib::Request& req, httpl
     // Reuse the chat parser for messages, tools and the template switches.
     Json chat = body;
     chat.erase("stream");
-    const ChatRequest cr = parse_chat_request(chat, ctx.defaults);
-    ids = render_chat_request(ctx, cr);
+    ChatRequest cr = parse_chat_request(chat, ctx.defaults);
+    std::shared_ptr<const ImagePrompt> images;  // the image tokens are the <|media_pad|> ids
+    ids = render_chat_request_images(ctx, cr, &images, /*encode=*/false);
     if (static_cast<int64_t>(ids.size()) > ctx.max_tokenize_tokens)
       throw too_many_tokens(ctx, "messages", "the rendered chat holds " + std::to_string(ids.size()));
   } else if (body.contains("prompt")) {

@@ -25,8 +25,11 @@
     convList: $('conv-list'), toggleSidebar: $('toggle-sidebar'), closeSidebar: $('close-sidebar'),
     backdrop: $('backdrop'), exportButton: $('export'), importButton: $('import'),
     importFile: $('import-file'), notice: $('notice'), help: $('help'), helpButton: $('help-button'),
-    helpClose: $('help-close'),
+    helpClose: $('help-close'), attach: $('attach'), attachFile: $('attach-file'),
+    attachments: $('attachments'),
   };
+  const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/webp'];
+  let pending = [];  // pictures attached to the next message: data: URLs
 
   // A conversation: {id, title, titleSet (renamed by the user), system, created, updated,
   // messages}. A message: {role: 'user', content} or {role: 'assistant', content, reasoning,
@@ -58,7 +61,15 @@
     if (!isObj(m)) fail(where, 'not an object');
     if (m.role !== 'user' && m.role !== 'assistant') fail(where, '"role" must be "user" or "assistant"');
     if (typeof m.content !== 'string') fail(where, '"content" must be a string');
-    if (m.role === 'user') return {role: 'user', content: m.content};
+    if (m.role === 'user') {
+      const u = {role: 'user', content: m.content};
+      if (m.images !== undefined) {
+        if (!Array.isArray(m.images) || !m.images.every((x) => typeof x === 'string' && x.startsWith('data:image/')))
+          fail(where, '"images" must be an array of data:image/... URLs');
+        if (m.images.length) u.images = m.images.slice();
+      }
+      return u;
+    }
     const a = {role: 'assistant', content: m.content, reasoning: optString(m.reasoning, where, 'reasoning', ''),
                tool_calls: [], status: 'done', finish: optString(m.finish, where, 'finish', null),
                error: optString(m.error, where, 'error', null), usage: null, stats: null};
@@ -434,6 +445,16 @@
       v.append(think, el('div', 'content markdown'), el('div', 'tool-calls'), el('div', 'error'), el('div', 'meta'));
       actions.append(button('act regenerate', 'Regenerate', 'Answer the last message again', () => regenerate(m)));
     } else {
+      if (m.images && m.images.length) {
+        const imgs = el('div', 'images');
+        for (const url of m.images) {
+          const img = el('img', 'thumb');
+          img.src = url;
+          img.alt = 'attached picture';
+          imgs.append(img);
+        }
+        v.append(imgs);
+      }
       v.append(el('div', 'content'));
       actions.append(button('act edit', 'Edit', 'Edit this message and send it again', () => startEdit(m, v)));
     }
@@ -575,7 +596,10 @@
     if (c.system.trim()) out.push({role: 'system', content: c.system});
     for (const m of c.messages) {
       if (m.role === 'user') {
-        out.push({role: 'user', content: m.content});
+        if (m.images && m.images.length)  // OpenAI image_url parts (data: URLs), then the text
+          out.push({role: 'user', content: [...m.images.map((url) => ({type: 'image_url', image_url: {url}})),
+                                            {type: 'text', text: m.content}]});
+        else out.push({role: 'user', content: m.content});
       } else if (m.status !== 'streaming' && (m.content || m.tool_calls.length)) {
         const a = {role: 'assistant', content: m.content};
         if (m.reasoning) a.reasoning_content = m.reasoning;
@@ -716,9 +740,11 @@
     }
   }
 
-  function send(text) {
+  function send(text, images) {
     const c = conv;
-    c.messages.push({role: 'user', content: text});
+    const m = {role: 'user', content: text};
+    if (images && images.length) m.images = images;
+    c.messages.push(m);
     if (!c.titleSet) c.title = autoTitle(c);
     render(c.messages[c.messages.length - 1]);
     answer(c);
@@ -752,7 +778,7 @@
       if (controller || i < 0 || !text.value.trim()) return;
       done();
       truncate(i);
-      send(text.value);
+      send(text.value, m.images);
     };
     text.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
@@ -926,12 +952,71 @@
     }
   }
 
+  // --- Pictures: file picker, paste, drag and drop; sent as image_url data: URLs ---------------
+  function renderAttachments() {
+    ui.attachments.replaceChildren();
+    pending.forEach((url, i) => {
+      const box = el('div', 'attachment');
+      const img = el('img', 'thumb');
+      img.src = url;
+      img.alt = 'picture to send';
+      box.append(img, button('remove-attachment', '\u00d7', 'Remove this picture', () => {
+        pending.splice(i, 1);
+        renderAttachments();
+      }));
+      ui.attachments.append(box);
+    });
+    ui.attachments.hidden = pending.length === 0;
+  }
+
+  function attachFiles(files) {
+    for (const f of files) {
+      if (!IMAGE_TYPES.includes(f.type)) {
+        showNotice(`${f.name || 'The pasted file'}: not a PNG, JPEG or WebP picture (${f.type || 'unknown type'})`, true);
+        continue;
+      }
+      const r = new FileReader();
+      r.onload = () => {
+        pending.push(r.result);
+        renderAttachments();
+      };
+      r.onerror = () => showNotice(`${f.name}: could not be read`, true);
+      r.readAsDataURL(f);
+    }
+  }
+
+  ui.attach.addEventListener('click', () => ui.attachFile.click());
+  ui.attachFile.addEventListener('change', () => {
+    attachFiles([...ui.attachFile.files]);
+    ui.attachFile.value = '';
+  });
+  ui.prompt.addEventListener('paste', (e) => {
+    const files = [...(e.clipboardData ? e.clipboardData.files : [])];
+    if (files.length) {
+      e.preventDefault();
+      attachFiles(files);
+    }
+  });
+  ui.composer.addEventListener('dragover', (e) => {
+    e.preventDefault();
+    ui.composer.classList.add('dragging');
+  });
+  ui.composer.addEventListener('dragleave', () => ui.composer.classList.remove('dragging'));
+  ui.composer.addEventListener('drop', (e) => {
+    e.preventDefault();
+    ui.composer.classList.remove('dragging');
+    if (e.dataTransfer) attachFiles([...e.dataTransfer.files]);
+  });
+
   ui.composer.addEventListener('submit', (e) => {
     e.preventDefault();
     const text = ui.prompt.value;
-    if (!text.trim() || controller) return;
+    if ((!text.trim() && !pending.length) || controller) return;
     ui.prompt.value = '';
-    send(text);
+    const images = pending;
+    pending = [];
+    renderAttachments();
+    send(text, images);
   });
   ui.prompt.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
