@@ -37,6 +37,7 @@
 #include "core/error.h"
 #include "model/k3_model.h"
 #include "runtime/generator.h"
+#include "runtime/grammar_constraint.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 #include "runtime/speculative.h"
@@ -62,6 +63,9 @@ struct SeqRequest {
   /// Prefix-cache partition (0 = shared): the sequence reuses and stores cached blocks of this
   /// partition only, and continues a kept slot state only of the same partition.
   uint64_t cache_partition = 0;
+  /// Grammar constraint of the output (ConstraintCompiler::compile; null = none): every step's
+  /// logits are masked to the ids it allows, drafts included (runtime/grammar_constraint.h).
+  std::shared_ptr<const CompiledConstraint> constraint;
 };
 
 /// Why a sequence ended.

@@ -2,6 +2,7 @@
 // scheduler_admission.cpp: admission, retirement and kept slot states; scheduler_batch.cpp: the
 // batch of one step). Not part of the public API.
 #pragma once
+#include <optional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -32,6 +33,7 @@ struct Scheduler::Slot {
   int64_t kept_point = 0;
   StateLog kept_kda;
   std::vector<int32_t> out;  ///< ids sampled
+  std::optional<ConstraintMatcher> constraint;  ///< from req.constraint (null: none)
   // Speculative decoding (Options::speculation).
   std::unique_ptr<Drafter> drafter;  ///< null: plain decoding
   Draft draft;                       ///< this step's drafts (verified when non-empty)
@@ -52,6 +54,7 @@ struct Scheduler::Slot {
         sampler(req.sampling),
         decoder(std::move(lim), grid) {
     for (int32_t id : req.prompt) sampler.accept(id);  // llama.cpp's penalty history
+    if (req.constraint) constraint.emplace(req.constraint);
   }
 };
 

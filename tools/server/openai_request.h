@@ -1,7 +1,7 @@
 // Parsing and validation of OpenAI request bodies (POST /v1/chat/completions, /v1/completions)
 // into typed requests. Every error is an ApiError(400) whose message and `param` name the field
-// ("temperature: expected a number in [0, 2], found 7"). Unknown fields are ignored, as OpenAI
-// clients send extras.
+// ("temperature: expected a number in [0, 2], found 7"). No field is silently ignored: a field
+// outside the endpoint's list (kChatFields / kCompletionFields, docs/api.md) is a 400 naming it.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/json_depth.h"
+#include "runtime/grammar_constraint.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_k3.h"
 
@@ -42,6 +43,10 @@ struct GenerationFields {
   /// "k3_forced_output" (only with RequestDefaults::allow_forced_output): text with K3 markers
   /// (encoded with specials allowed) or a list of ids; emitted instead of sampling.
   std::optional<nlohmann::ordered_json> forced_output;
+  /// Structured output: from response_format (json_object / json_schema) or "grammar" (GBNF);
+  /// compiled by make_seq_request (a compile error is a 400 naming constraint_param).
+  ConstraintSpec constraint;
+  std::string constraint_param;  ///< "response_format" or "grammar"
 };
 
 /// A parsed POST /v1/chat/completions body.
@@ -60,13 +65,25 @@ struct CompletionRequest {
   bool echo = false;
 };
 
+/// The top-level fields each endpoint takes (docs/api.md says what k3 does with each); any other
+/// field is refused with a 400 naming it.
+extern const std::vector<std::string> kChatFields;
+extern const std::vector<std::string> kCompletionFields;
+
+/// OpenAI reasoning_effort -> K3 thinking effort: "minimal" and "low" -> low, "medium" and
+/// "high" -> high, "max" -> max (K3's own values pass through), "none" -> thinking off
+/// (std::nullopt). Errors: ApiError(400) naming `param` for any other value.
+std::optional<std::string> map_reasoning_effort(const nlohmann::ordered_json& v, const std::string& param);
+
 /// Parses a chat completions body (already JSON-decoded). Validates: messages (non-empty list of
 /// objects with a known role: system, developer (rendered as system), user, assistant, tool;
 /// content string/null/text parts), tools (list of {"type":"function","function":{"name",...}}),
 /// tool_choice (auto|none|required|{"type":"function","function":{"name"}} naming a declared
 /// tool; a named choice renders as "required" with only that tool declared), reasoning_effort
-/// (low|high|max), chat_template_kwargs.thinking / enable_thinking (bool), response_format
-/// ({"type": "json_object"|"text"}; json_schema is refused), n (must be 1), an assistant's
+/// (map_reasoning_effort), chat_template_kwargs.thinking / enable_thinking (bool), response_format
+/// ({"type": "text"|"json_object"} or {"type": "json_schema", "json_schema": {"name", "schema",
+/// "strict"}}: a grammar constraint of the response channel), grammar (GBNF), logit_bias, n
+/// (must be 1), an assistant's
 /// tool_calls[k].function.arguments string (JSON text nested at most kMaxJsonDepth levels), and
 /// the GenerationFields. Errors: ApiError(400) naming the field.
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestDefaults& defaults);

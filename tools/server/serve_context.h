@@ -11,6 +11,7 @@
 #include "metrics.h"
 #include "openai_request.h"
 #include "request_policy.h"
+#include "runtime/grammar_constraint.h"
 #include "runtime/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -80,6 +81,8 @@ struct ServeContext {
   /// /tokenize requests together reserve at most twice this (more: 429).
   int64_t max_tokenize_tokens = int64_t{1} << 20;
   std::shared_ptr<TokenizeBudget> tokenize_budget = std::make_shared<TokenizeBudget>();
+  /// Compiles response_format / grammar constraints (null: such requests get a 400).
+  const ConstraintCompiler* constraints = nullptr;
 };
 
 /// Token counts of the request being served on this thread, for its log line (httplib runs a
