@@ -87,8 +87,9 @@ TEST(OpenAIRequest, ResponseFormatReachesTheRenderer) {
   expect_400(chat(R"(,"response_format":"json")"), "response_format", "response_format: expected");
   expect_400(chat(R"(,"response_format":{"type":1})"), "response_format", "response_format: expected");
   expect_400(chat(R"(,"response_format":{})"), "response_format", "response_format: expected");
-  expect_400(chat(R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}})"),
-             "response_format", "\"json_schema\" is not supported");
+  expect_400(chat(R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}})"), "response_format",
+             "response_format.json_schema.schema: expected a JSON Schema object");
+  expect_400(chat(R"(,"response_format":{"type":"xml"})"), "response_format", "\"xml\" is not supported");
 }
 
 TEST(OpenAIRequest, EveryMalformedFieldIsA400NamingIt) {
@@ -119,7 +120,7 @@ TEST(OpenAIRequest, EveryMalformedFieldIsA400NamingIt) {
   expect_400(chat(R"(,"stop":5)"), "stop", "stop");
   expect_400(chat(R"(,"top_logprobs":3)"), "top_logprobs", "requires \"logprobs\": true");
   expect_400(chat(R"(,"logprobs":true,"top_logprobs":21)"), "top_logprobs", "top_logprobs");
-  expect_400(chat(R"(,"reasoning_effort":"medium")"), "reasoning_effort", "low\", \"high\" or \"max");
+  expect_400(chat(R"(,"reasoning_effort":"extreme")"), "reasoning_effort", "\"medium\", \"high\" or \"max\"");
   expect_400(chat(R"(,"chat_template_kwargs":{"thinking":"no"})"), "chat_template_kwargs", "thinking");
   expect_400(chat(R"(,"tools":{"a":1})"), "tools", "tools: expected a list");
   expect_400(chat(R"(,"tools":[{"type":"function","function":{}}])"), "tools", "tools[0].function.name");
