@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -51,6 +52,49 @@ xgrammar::TokenizerInfo make_info(const Tokenizer& tok, const std::vector<int32_
   return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, tok.vocab_size(), stop_ids);
 }
 
+// XGrammar 0.2.8 parses but does not enforce these (it logs a warning and widens the schema):
+// refused, so that no part of a schema is silently ignored.
+const char* const kIgnoredKeywords[] = {"not",         "if",       "then",        "else",       "dependentRequired",
+                                        "dependentSchemas", "uniqueItems", "contains", "minContains", "maxContains"};
+const char* const kFormats[] = {"email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid",
+                                "uri", "uri-reference", "uri-template", "json-pointer", "relative-json-pointer"};
+
+// Walks the schema nodes of `s` (at `path`, a JSON pointer) and throws for what XGrammar ignores.
+void audit_schema(const nlohmann::json& s, const std::string& path, int depth) {
+  if (depth > 64) throw Error("json schema: nested deeper than 64 schema levels at " + path);
+  if (!s.is_object()) return;
+  for (const char* k : kIgnoredKeywords)
+    if (s.contains(k))
+      throw Error(std::string("json schema: keyword \"") + k + "\" at " + path + " is not supported");
+  if (auto f = s.find("format"); f != s.end()) {
+    const std::string fmt = f->is_string() ? f->get<std::string>() : f->dump();
+    if (std::find(std::begin(kFormats), std::end(kFormats), fmt) == std::end(kFormats))
+      throw Error("json schema: format \"" + fmt.substr(0, 40) + "\" at " + path +
+                  " is not supported (supported: email, date, time, date-time, duration, ipv4, ipv6, hostname, "
+                  "uuid, uri, uri-reference, uri-template, json-pointer, relative-json-pointer)");
+  }
+  if ((s.contains("pattern") || s.contains("format")) && (s.contains("minLength") || s.contains("maxLength")))
+    throw Error("json schema: minLength/maxLength together with pattern or format at " + path + " is not supported");
+  if (auto a = s.find("allOf"); a != s.end() && a->is_array() && a->size() > 1)
+    throw Error("json schema: allOf with more than one schema at " + path + " is not supported");
+  for (const char* k : {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+    if (auto m = s.find(k); m != s.end() && m->is_object())
+      for (auto it = m->begin(); it != m->end(); ++it)
+        audit_schema(*it, path + "/" + k + "/" + it.key(), depth + 1);
+  for (const char* k : {"items", "additionalProperties", "additionalItems", "propertyNames", "unevaluatedProperties",
+                        "unevaluatedItems"})
+    if (auto m = s.find(k); m != s.end()) {
+      if (m->is_array()) {
+        for (size_t i = 0; i < m->size(); ++i) audit_schema((*m)[i], path + "/" + k + "/" + std::to_string(i), depth + 1);
+      } else {
+        audit_schema(*m, path + "/" + k, depth + 1);
+      }
+    }
+  for (const char* k : {"prefixItems", "anyOf", "oneOf", "allOf"})
+    if (auto m = s.find(k); m != s.end() && m->is_array())
+      for (size_t i = 0; i < m->size(); ++i) audit_schema((*m)[i], path + "/" + k + "/" + std::to_string(i), depth + 1);
+}
+
 }  // namespace
 
 ConstraintCompiler::ConstraintCompiler(const Tokenizer& tok, std::vector<int32_t> stop_ids, int n_threads,
@@ -92,7 +136,15 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(const Cons
         g = impl_->compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false, std::nullopt,
                                               std::nullopt, /*strict_mode=*/false);
         break;
-      case ConstraintSpec::Kind::JsonSchema:
+      case ConstraintSpec::Kind::JsonSchema: {
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(spec.text);
+        } catch (const nlohmann::json::exception& e) {
+          throw Error(std::string("not valid JSON: ") + e.what());
+        }
+        audit_schema(j, "#", 0);
+      }
         g = impl_->compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false, std::nullopt, std::nullopt,
                                               spec.strict);
         break;
@@ -102,6 +154,9 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(const Cons
       case ConstraintSpec::Kind::None:
         break;
     }
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    throw Error(m.rfind("json schema: ", 0) == 0 ? m : std::string(what) + ": " + m);
   } catch (const std::exception& e) {
     std::string m = e.what();
     // XGrammar prefixes "[hh:mm:ss] path/file.cc:line: " and ends with a newline.
@@ -113,6 +168,22 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(const Cons
     while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
     if (m.size() > 300) m = m.substr(0, 297) + "...";
     throw Error(std::string(what) + ": " + m);
+  }
+  // A grammar whose language is empty (a contradictory schema, `{"enum": []}`) would leave a
+  // sequence no id to pick: refused here.
+  {
+    xgrammar::GrammarMatcher probe(*g);
+    std::vector<int32_t> bits(static_cast<size_t>(xgrammar::GetBitmaskSize(impl_->vocab)));
+    int64_t shape[1] = {static_cast<int64_t>(bits.size())};
+    DLTensor t{};
+    t.data = bits.data();
+    t.device = DLDevice{kDLCPU, 0};
+    t.ndim = 1;
+    t.dtype = xgrammar::GetBitmaskDLType();
+    t.shape = shape;
+    probe.FillNextTokenBitmask(&t);
+    if (std::all_of(bits.begin(), bits.end(), [](int32_t w) { return w == 0; }))
+      throw Error(std::string(what) + ": no output satisfies it (the first token has no allowed id)");
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   {

@@ -66,7 +66,12 @@ class ConstraintCompiler {
 
   /// Compiles `spec` (kind != None). Errors: k3::Error whose message starts with what was wrong
   /// ("json schema: ...", "GBNF: ...", "... exceeds N bytes") for text over the limit, a schema
-  /// that is not valid JSON or that XGrammar cannot convert, or a GBNF grammar that does not parse.
+  /// that is not valid JSON or that XGrammar cannot convert (an unsatisfiable range, an empty
+  /// enum, an unresolved $ref), a schema using what XGrammar would ignore (not, if/then/else,
+  /// dependentRequired/dependentSchemas, uniqueItems, contains/minContains/maxContains, allOf
+  /// of more than one schema, a format outside its list, minLength/maxLength with pattern or
+  /// format), schema nesting deeper than 64 levels, a GBNF grammar that does not parse, or a
+  /// grammar whose first token has no allowed id.
   std::shared_ptr<const CompiledConstraint> compile(const ConstraintSpec& spec) const;
 
   int32_t vocab_size() const;

@@ -184,7 +184,7 @@ TEST(GrammarConstraint, DraftsAreMaskedAndARefusedDraftIsRejected) {
 TEST(GrammarConstraint, CompileErrorsNameWhatIsWrong) {
   const k3::Tokenizer& t = mini();
   k3::ConstraintLimits lim;
-  lim.max_text_bytes = 200;
+  lim.max_text_bytes = 250;
   k3::ConstraintCompiler comp(t, stops(t), 1, lim);
   k3::ConstraintSpec s;
   s.kind = k3::ConstraintSpec::Kind::JsonSchema;
@@ -197,6 +197,15 @@ TEST(GrammarConstraint, CompileErrorsNameWhatIsWrong) {
       EXPECT_EQ(std::string(e.what()).rfind("json schema: ", 0), 0u) << e.what();
     }
   }
+  for (const char* ignored : {R"({"not":{"type":"string"}})", R"({"type":"array","uniqueItems":true})",
+                              R"({"type":"string","format":"credit-card"})",
+                              R"({"allOf":[{"type":"string"},{"type":"integer"}]})",
+                              R"({"type":"object","properties":{"a":{"if":{},"then":{}}}})"}) {
+    s.text = ignored;
+    EXPECT_THROW(comp.compile(s), k3::Error) << ignored;
+  }
+  s.text = R"({"type":"object","properties":{"not":{"type":"string","format":"email"}}})";  // a property named "not"
+  EXPECT_NO_THROW(comp.compile(s));
   s.text = std::string(300, ' ') + "{}";
   EXPECT_THROW(comp.compile(s), k3::Error);
   s.kind = k3::ConstraintSpec::Kind::Gbnf;
