@@ -16,6 +16,14 @@
 //             and accepting one terminates the matcher (the sequence ends with finish "stop").
 // A prompt that opened the response channel (thinking off) starts in Grammar. Special ids other
 // than the stop ids are never allowed inside the grammar: they are vocabulary entries with no text.
+//
+// A ToolCall constrains the answer to one tool call in the K3 tools channel, its arguments as a
+// JSON block (a form chat_output.h parses):
+//   [think...<|close|>think<|sep|><|open|>response<|sep|>]<|close|>response<|sep|>
+//   <|open|>tools<|sep|><|open|>call tool="NAME" index="1"<|sep|><|open|>json type="object"<|sep|>
+//   ARGS<|close|>json<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>STOP
+// NAME is one of the tools (a grammar), ARGS a JSON object of that tool's parameters schema;
+// everything else is forced, and only a stop id may follow.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -34,9 +42,19 @@ struct ConstraintSpec {
     JsonObject,  ///< any JSON object (OpenAI response_format json_object)
     JsonSchema,  ///< `text` = a JSON Schema (JSON text); OpenAI response_format json_schema
     Gbnf,        ///< `text` = a GBNF grammar (llama.cpp's dialect, root rule `root`)
+    ToolCall,    ///< one call of one of `tools` in the K3 tools channel (OpenAI tool_choice
+                 ///< "required" or a named function), its arguments a JSON object of the
+                 ///< tool's parameters schema (file comment)
+  };
+  /// A tool a ToolCall may call: its name (no `"` or `&`) and its parameters JSON Schema text
+  /// ("" = any JSON object).
+  struct Tool {
+    std::string name;
+    std::string parameters;
   };
   Kind kind = Kind::None;
   std::string text;
+  std::vector<Tool> tools;  ///< ToolCall: at least one
   /// JsonSchema: false lets objects carry properties the schema does not name when the schema
   /// does not set additionalProperties (XGrammar's strict_mode = false).
   bool strict = true;

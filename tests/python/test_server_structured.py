@@ -205,3 +205,48 @@ def test_bad_schemas_and_grammars_are_400s_quickly(server):
     for g in ["root ::= undefined", "root ::= (", "", "x" * 70000]:
         r = raw(server, "POST", "/v1/chat/completions", json.dumps({"messages": USER, "max_tokens": 4, "grammar": g}))
         assert r.status_code == 400 and r.json()["error"]["param"] == "grammar", (g[:40], r.text)
+
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}, "unit": {"enum": ["c", "f"]}},
+           "required": ["city", "unit"], "additionalProperties": False}
+ADD = {"type": "object", "properties": {"a": {"type": "integer", "minimum": -99, "maximum": 99},
+                                        "b": {"type": "integer", "minimum": 0, "maximum": 9}},
+       "required": ["a", "b"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "add", "description": "Add two numbers", "parameters": ADD}}]
+SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+
+
+def test_tool_choice_required_and_named_arguments_always_validate(server):
+    cl = server.client()
+    msgs = [{"role": "user", "content": "What is the weather in Jerusalem?"}]
+
+    def one(args):
+        choice, i = args
+        return choice, cl.chat.completions.create(model="k3-mini", messages=msgs, tools=TOOLS, tool_choice=choice,
+                                                  max_tokens=120, temperature=1.0, seed=200 + i, extra_body=NO_THINK)
+
+    named = {"type": "function", "function": {"name": "add"}}
+    jobs = [("required", i) for i in range(10)] + [(named, i) for i in range(10)]
+    with cf.ThreadPoolExecutor(8) as ex:
+        outs = list(ex.map(one, jobs))
+    names = set()
+    for choice, r in outs:
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls", (c.finish_reason, c.message)
+        assert len(c.message.tool_calls) == 1 and not c.message.content
+        call = c.message.tool_calls[0].function
+        if choice != "required":
+            assert call.name == "add"
+        names.add(call.name)
+        jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+    assert "add" in names
+    # A constraint together with a required call is a contradiction.
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.chat.completions.create(model="k3-mini", messages=msgs, tools=TOOLS, tool_choice="required", max_tokens=4,
+                                   response_format={"type": "json_object"})
+    assert e.value.body["param"] == "tool_choice"
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "not": {}}}}]
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.chat.completions.create(model="k3-mini", messages=msgs, tools=bad, tool_choice="required", max_tokens=4)
+    assert e.value.body["param"] == "tool_choice" and "tool \"f\" parameters" in e.value.body["message"]

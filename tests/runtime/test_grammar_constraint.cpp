@@ -237,3 +237,54 @@ TEST(GrammarConstraint, KimiVocabularyJsonObject) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(GrammarConstraint, ToolCallForcesTheK3ToolsChannelAndTheArgumentsSchema) {
+  const k3::Tokenizer& t = mini();
+  k3::ConstraintCompiler comp(t, stops(t));
+  k3::ConstraintSpec s;
+  s.kind = k3::ConstraintSpec::Kind::ToolCall;
+  s.tools = {{"add", R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],
+               "additionalProperties":false})"},
+             {"say", ""}};
+  auto cc = comp.compile(s);
+  k3::ConstraintMatcher m(cc);
+  const auto A = k3::AllowedSpecials::all();
+  auto feed_forced = [&](const std::string& text) {
+    for (int32_t id : t.encode(text, A)) {
+      const std::vector<bool> a = allowed_set(m, t.vocab_size());
+      int n = 0;
+      for (bool b : a) n += b;
+      ASSERT_EQ(n, 1) << text;
+      m.accept(id);
+    }
+  };
+  feed_forced("<|close|>response<|sep|><|open|>tools<|sep|><|open|>");
+  EXPECT_FALSE(m.allows(t.encode("x")[0]));
+  for (int32_t id : t.encode("call tool=\"add\" index=\"1\"")) m.accept(id);
+  m.accept(t.sep_id());
+  feed_forced("<|open|>json type=\"object\"<|sep|>");
+  // The arguments follow add's schema: "b" is not a property of it.
+  for (int32_t id : t.encode("{\"a\": 1")) m.accept(id);
+  EXPECT_FALSE(m.allows(t.close_id()));
+  for (int32_t id : t.encode("}")) m.accept(id);
+  EXPECT_TRUE(m.allows(t.close_id()));
+  m.accept(t.close_id());
+  feed_forced("json<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>");
+  EXPECT_TRUE(m.allows(t.end_of_msg_id()));
+  EXPECT_FALSE(m.allows(t.encode("x")[0]));
+  m.accept(t.end_of_msg_id());
+  EXPECT_TRUE(m.terminated());
+  // Back to the start of the name and down the other tool: its arguments are any object.
+  const int64_t prefix = static_cast<int64_t>(t.encode("<|close|>response<|sep|><|open|>tools<|sep|><|open|>", A).size());
+  m.rollback(m.accepted() - prefix);
+  EXPECT_FALSE(m.terminated());
+  for (int32_t id : t.encode("call tool=\"say\" index=\"1\"")) m.accept(id);
+  m.accept(t.sep_id());
+  for (int32_t id : t.encode("<|open|>json type=\"object\"<|sep|>{\"b\": [true]}", A)) m.accept(id);
+  EXPECT_TRUE(m.allows(t.close_id()));
+  EXPECT_THROW(m.accept(t.encode("x")[0]), k3::Error);
+}
+
+}  // namespace

@@ -460,12 +460,26 @@ ChatRequest parse_chat_request(const OJ& body, const RequestDefaults& d) {
                                                       ": unknown key (expected thinking, enable_thinking, thinking_effort)");
   }
   if (effort_off) r.chat.thinking = false;
-  if (!r.gen.constraint.empty()) {
-    if (r.tools_given && r.chat.tool_choice == "required")
+  if (r.tools_given && r.chat.tool_choice == "required") {
+    // "required" or a named function: one call of a declared tool, its arguments constrained to
+    // the tool's parameters schema.
+    if (!r.gen.constraint.empty())
       throw bad_request("tool_choice", "tool_choice: a required tool call cannot be combined with " +
                                            r.gen.constraint_param + " (both constrain the answer)");
-    r.gen.constraint.after_think = r.chat.thinking;  // the prompt opened the think channel
+    r.gen.constraint.kind = ConstraintSpec::Kind::ToolCall;
+    for (const auto& t : r.chat.tools) {
+      const OJ& fn = t["function"];
+      ConstraintSpec::Tool tool{fn["name"].get<std::string>(), ""};
+      if (auto p = fn.find("parameters"); p != fn.end() && !p->is_null()) {
+        if (!p->is_object())
+          throw bad_request("tools", "tools: function \"" + tool.name + "\" parameters: expected a JSON Schema object");
+        tool.parameters = p->dump();
+      }
+      r.gen.constraint.tools.push_back(std::move(tool));
+    }
+    r.gen.constraint_param = "tool_choice";
   }
+  if (!r.gen.constraint.empty()) r.gen.constraint.after_think = r.chat.thinking;  // the prompt opened think
   check_constraint(r.gen);
   return r;
 }

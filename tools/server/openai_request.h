@@ -43,10 +43,11 @@ struct GenerationFields {
   /// "k3_forced_output" (only with RequestDefaults::allow_forced_output): text with K3 markers
   /// (encoded with specials allowed) or a list of ids; emitted instead of sampling.
   std::optional<nlohmann::ordered_json> forced_output;
-  /// Structured output: from response_format (json_object / json_schema) or "grammar" (GBNF);
+  /// Structured output: from response_format (json_object / json_schema), "grammar" (GBNF) or
+  /// tool_choice "required" / a named function (one call, arguments of the tool's schema);
   /// compiled by make_seq_request (a compile error is a 400 naming constraint_param).
   ConstraintSpec constraint;
-  std::string constraint_param;  ///< "response_format" or "grammar"
+  std::string constraint_param;  ///< "response_format", "grammar" or "tool_choice"
 };
 
 /// A parsed POST /v1/chat/completions body.
