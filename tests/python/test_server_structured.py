@@ -250,3 +250,36 @@ def test_tool_choice_required_and_named_arguments_always_validate(server):
     with pytest.raises(openai.BadRequestError) as e:
         cl.chat.completions.create(model="k3-mini", messages=msgs, tools=bad, tool_choice="required", max_tokens=4)
     assert e.value.body["param"] == "tool_choice" and "tool \"f\" parameters" in e.value.body["message"]
+
+
+def test_n_choices_sampled_together(server):
+    cl = server.client()
+    r = cl.chat.completions.create(model="k3-mini", messages=USER, max_tokens=160, temperature=1.0, seed=11, n=4,
+                                   response_format=schema_format(PERSON), extra_body=NO_THINK)
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    for c in r.choices:
+        assert c.finish_reason == "stop"
+        jsonschema.validate(json.loads(c.message.content), PERSON)
+    assert len({c.message.content for c in r.choices}) > 1  # seeds seed + i: different samples
+    assert r.usage.completion_tokens > r.usage.prompt_tokens // 10
+    # Choice i equals a lone request with seed + i.
+    lone = cl.chat.completions.create(model="k3-mini", messages=USER, max_tokens=160, temperature=1.0, seed=13,
+                                      response_format=schema_format(PERSON), extra_body=NO_THINK)
+    assert lone.choices[0].message.content == r.choices[2].message.content
+    # Streamed: every choice's deltas under its index, each ending with its finish_reason.
+    text, finish = {}, {}
+    for ch in cl.chat.completions.create(model="k3-mini", messages=USER, max_tokens=160, temperature=1.0, seed=11, n=4,
+                                         response_format=schema_format(PERSON), extra_body=NO_THINK, stream=True):
+        for c in ch.choices:
+            text[c.index] = text.get(c.index, "") + (c.delta.content or "")
+            if c.finish_reason:
+                finish[c.index] = c.finish_reason
+    assert finish == {i: "stop" for i in range(4)}
+    assert [text[i] for i in range(4)] == [c.message.content for c in r.choices]
+    for bad in [0, 17]:
+        with pytest.raises(openai.BadRequestError) as e:
+            cl.chat.completions.create(model="k3-mini", messages=USER, max_tokens=2, n=bad)
+        assert e.value.body["param"] == "n"
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.completions.create(model="k3-mini", prompt="And", max_tokens=2, n=2)
+    assert e.value.body["param"] == "n"

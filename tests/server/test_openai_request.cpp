@@ -114,7 +114,8 @@ TEST(OpenAIRequest, EveryMalformedFieldIsA400NamingIt) {
   expect_400(chat(R"(,"presence_penalty":-2.5)"), "presence_penalty", "presence_penalty");
   expect_400(chat(R"(,"repetition_penalty":0)"), "repetition_penalty", "repetition_penalty");
   expect_400(chat(R"(,"seed":"x")"), "seed", "seed");
-  expect_400(chat(R"(,"n":2)"), "n", "n: expected 1");
+  expect_400(chat(R"(,"n":17)"), "n", "n: expected an integer in [1, 16]");
+  EXPECT_EQ(k3::server::parse_chat_request(chat(R"(,"n":3)"), defaults()).gen.n, 3);
   expect_400(chat(R"(,"stream":"yes")"), "stream", "stream: expected true or false");
   expect_400(chat(R"(,"stop":[1])"), "stop", "stop[0]");
   expect_400(chat(R"(,"stop":5)"), "stop", "stop");

@@ -138,7 +138,7 @@ GenerationFields parse_generation(const OJ& body, const RequestDefaults& d) {
       g.include_usage = it->get<bool>();
     }
   }
-  if (auto n = get_int(body, "n", 1, 1, "1 (only one choice per request is supported)")) (void)n;
+
   const std::string mt_what = "an integer >= 1";
   std::optional<int64_t> mt = get_int(body, "max_tokens", 1, INT64_MAX, mt_what);
   if (auto mct = get_int(body, "max_completion_tokens", 1, INT64_MAX, mt_what)) mt = mct;
@@ -322,6 +322,7 @@ ChatRequest parse_chat_request(const OJ& body, const RequestDefaults& d) {
   check_known_fields(body, kChatFields, "/v1/chat/completions");
   ChatRequest r;
   r.gen = parse_generation(body, d);
+  r.gen.n = get_int(body, "n", 1, 16).value_or(1);
   r.messages = check_messages(body);
   if (auto lp = get_bool(body, "logprobs"); lp && *lp) {
     r.gen.top_logprobs = static_cast<int>(get_int(body, "top_logprobs", 0, 20).value_or(0));
@@ -488,6 +489,7 @@ CompletionRequest parse_completion_request(const OJ& body, const RequestDefaults
   check_known_fields(body, kCompletionFields, "/v1/completions");
   CompletionRequest r;
   r.gen = parse_generation(body, d);
+  (void)get_int(body, "n", 1, 1, "1 (several choices are served by /v1/chat/completions only)");
   check_constraint(r.gen);
   if (auto lp = get_int(body, "logprobs", 0, 20)) r.gen.top_logprobs = static_cast<int>(*lp);
   r.echo = get_bool(body, "echo").value_or(false);

@@ -37,6 +37,7 @@ struct GenerationFields {
   bool speculative = true;            ///< "speculative": false opts out of the server's speculative
                                       ///< decoding (k3 extension; greedy output is the same either way)
   std::optional<int64_t> max_tokens;  ///< max_tokens / max_completion_tokens, >= 1
+  int64_t n = 1;                      ///< choices (chat: 1..16, sampled together; completions: 1)
   SamplerParams sampling;             ///< defaults overridden by the request; seed resolved
   std::vector<std::string> stop;      ///< text stop strings (non-empty strings)
   int top_logprobs = -1;              ///< -1: no logprobs; 0..20 alternatives per token
@@ -84,7 +85,7 @@ std::optional<std::string> map_reasoning_effort(const nlohmann::ordered_json& v,
 /// (map_reasoning_effort), chat_template_kwargs.thinking / enable_thinking (bool), response_format
 /// ({"type": "text"|"json_object"} or {"type": "json_schema", "json_schema": {"name", "schema",
 /// "strict"}}: a grammar constraint of the response channel), grammar (GBNF), logit_bias, n
-/// (must be 1), an assistant's
+/// (1..16), an assistant's
 /// tool_calls[k].function.arguments string (JSON text nested at most kMaxJsonDepth levels), and
 /// the GenerationFields. Errors: ApiError(400) naming the field.
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
