@@ -283,3 +283,25 @@ def test_n_choices_sampled_together(server):
     with pytest.raises(openai.BadRequestError) as e:
         cl.completions.create(model="k3-mini", prompt="And", max_tokens=2, n=2)
     assert e.value.body["param"] == "n"
+
+
+def test_completions_with_a_list_of_prompts(server):
+    cl = server.client()
+    prompts = ["And God said", "In the beginning", "The LORD is my shepherd"]
+    alone = [cl.completions.create(model="k3-mini", prompt=p, max_tokens=6, temperature=0).choices[0].text
+             for p in prompts]
+    r = cl.completions.create(model="k3-mini", prompt=prompts, max_tokens=6, temperature=0)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert [c.text for c in r.choices] == alone  # each prompt's greedy answer, as alone
+    assert r.usage.completion_tokens == 18
+    text = {}
+    for ch in cl.completions.create(model="k3-mini", prompt=prompts, max_tokens=6, temperature=0, stream=True):
+        for c in ch.choices:
+            text[c.index] = text.get(c.index, "") + c.text
+    assert [text[i] for i in range(3)] == alone
+    ids = raw(server, "POST", "/tokenize", json.dumps({"prompt": prompts[0]})).json()["tokens"]
+    r = cl.completions.create(model="k3-mini", prompt=[ids, ids], max_tokens=6, temperature=0)
+    assert [c.text for c in r.choices] == [alone[0], alone[0]]
+    with pytest.raises(openai.BadRequestError) as e:
+        cl.completions.create(model="k3-mini", prompt=["a"] * 17, max_tokens=2)
+    assert e.value.body["param"] == "prompt"

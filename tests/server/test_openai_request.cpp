@@ -136,7 +136,11 @@ TEST(OpenAIRequest, EveryMalformedFieldIsA400NamingIt) {
   // completions
   expect_400(OJ::parse(R"({"max_tokens":3})"), "prompt", "prompt: required", true);
   expect_400(OJ::parse(R"({"prompt":""})"), "prompt", "empty", true);
-  expect_400(OJ::parse(R"({"prompt":["a","b"]})"), "prompt", "batched prompts are not supported", true);
+  expect_400(OJ::parse(R"({"prompt":["a",""]})"), "prompt", "prompt[1]: is empty", true);
+  expect_400(OJ::parse(R"({"prompt":["a",[1,-1]]})"), "prompt", "prompt[1][1]", true);
+  expect_400(OJ::parse(R"({"prompt":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})"), "prompt",
+             "at most 16 prompts", true);
+  EXPECT_EQ(k3::server::parse_completion_request(OJ::parse(R"({"prompt":["a",[5,6]]})"), defaults()).prompts.size(), 2u);
   expect_400(OJ::parse(R"({"prompt":[1,-2]})"), "prompt", "prompt[1]", true);
   expect_400(OJ::parse(R"({"prompt":{"x":1}})"), "prompt", "prompt", true);
   expect_400(OJ::parse(R"({"prompt":"a","logprobs":true})"), "logprobs", "logprobs", true);

@@ -495,23 +495,38 @@ CompletionRequest parse_completion_request(const OJ& body, const RequestDefaults
   r.echo = get_bool(body, "echo").value_or(false);
   const OJ* p = field(body, "prompt");
   if (!p) throw bad_request("prompt", "prompt: required (a string or a list of token ids)");
-  const OJ* one = p;
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) one = &(*p)[0];
-  if (one->is_string()) {
-    if (one->get<std::string>().empty()) throw bad_request("prompt", "prompt: is empty (expected at least 1 token)");
-    r.prompt_text = one->get<std::string>();
-  } else if (one->is_array() && !one->empty()) {
-    for (std::size_t i = 0; i < one->size(); ++i) {
-      const OJ& x = (*one)[i];
-      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
-        throw bad_request(
-            "prompt", "prompt[" + std::to_string(i) + "]: expected a token id (integer >= 0), found " + shown(x) +
-                          (x.is_string() ? " (batched prompts are not supported: send one prompt per request)" : ""));
-      r.prompt_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
-    }
+  // One prompt (a string or a list of ids), or a list of prompts (strings or id lists).
+  std::vector<const OJ*> items;
+  const bool is_list = p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array());
+  if (is_list) {
+    if (p->size() > 16)
+      throw bad_request("prompt", "prompt: at most 16 prompts per request, found " + std::to_string(p->size()));
+    for (const auto& x : *p) items.push_back(&x);
   } else {
-    throw bad_request("prompt", "prompt: expected a non-empty string or list of token ids, found " + shown(*p));
+    items.push_back(p);
   }
+  for (size_t k = 0; k < items.size(); ++k) {
+    const OJ* one = items[k];
+    const std::string w = is_list ? "prompt[" + std::to_string(k) + "]" : "prompt";
+    CompletionPrompt cp;
+    if (one->is_string()) {
+      if (one->get<std::string>().empty()) throw bad_request("prompt", w + ": is empty (expected at least 1 token)");
+      cp.text = one->get<std::string>();
+    } else if (one->is_array() && !one->empty()) {
+      for (std::size_t i = 0; i < one->size(); ++i) {
+        const OJ& x = (*one)[i];
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+          throw bad_request("prompt", w + "[" + std::to_string(i) + "]: expected a token id (integer >= 0), found " +
+                                          shown(x));
+        cp.ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+      }
+    } else {
+      throw bad_request("prompt", w + ": expected a non-empty string or list of token ids, found " + shown(*one));
+    }
+    r.prompts.push_back(std::move(cp));
+  }
+  r.prompt_text = r.prompts[0].text;
+  r.prompt_ids = r.prompts[0].ids;
   return r;
 }
 

@@ -59,11 +59,18 @@ struct ChatRequest {
   bool tools_given = false;
 };
 
+/// One prompt of a completions request: text, or ids (when text is empty).
+struct CompletionPrompt {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
+};
+
 /// A parsed POST /v1/completions body.
 struct CompletionRequest {
   GenerationFields gen;
-  std::optional<std::string> prompt_text;  ///< "prompt": string
+  std::optional<std::string> prompt_text;  ///< "prompt": string (the first prompt)
   std::vector<int32_t> prompt_ids;         ///< "prompt": list of ids (when prompt_text is empty)
+  std::vector<CompletionPrompt> prompts;   ///< every prompt (1..16), one choice each
   bool echo = false;
 };
 
@@ -90,8 +97,8 @@ std::optional<std::string> map_reasoning_effort(const nlohmann::ordered_json& v,
 /// the GenerationFields. Errors: ApiError(400) naming the field.
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
 
-/// Parses a completions body: prompt (string, list of one string, or list of ids; ids are
-/// range-checked later against the tokenizer), echo, logprobs (int 0..20), and the
+/// Parses a completions body: prompt (string, list of ids, or a list of 1..16 strings or id
+/// lists: one choice each; ids are range-checked later against the tokenizer), echo, logprobs (int 0..20), and the
 /// GenerationFields. Errors: ApiError(400) naming the field.
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
 
