@@ -38,6 +38,9 @@ fi
 
 # cpp-httplib 0.58.0 (the HTTP library of k3 serve) into .deps/, checked by sha256.
 ./scripts/fetch_httplib.sh
+# XGrammar 0.2.8's C++ core (constrained decoding, src/runtime/grammar_constraint.*) into .deps/,
+# from its PyPI sdist, checked by sha256.
+./scripts/fetch_xgrammar.sh
 
 JOBS=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

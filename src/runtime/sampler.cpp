@@ -64,6 +64,12 @@ void Sampler::accept(int32_t id) {
 double Sampler::uniform01() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 void Sampler::apply_penalty(std::vector<Cand>& c) const {
+  // OpenAI's logit_bias: added to the raw logit; -100 (or less) bans the id.
+  for (const auto& [id, b] : p_.logit_bias) {
+    if (id < 0 || static_cast<std::size_t>(id) >= c.size()) continue;
+    double& l = c[static_cast<std::size_t>(id)].logit;
+    l = b <= -100.0f ? -std::numeric_limits<double>::infinity() : l + b;
+  }
   const bool additive = p_.frequency_penalty != 0.0f || p_.presence_penalty != 0.0f;
   if ((p_.repeat_penalty == 1.0f && !additive) || history_.empty()) return;
   // c is indexed by id here (called before any reordering). llama.cpp's penalties sampler:

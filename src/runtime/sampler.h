@@ -1,6 +1,7 @@
 // k3::Sampler — picks the next token id from a row of logits, with llama.cpp's default chain and
 // semantics (common/sampling.cpp, src/llama-sampling.cpp):
 //
+//   0. logit bias      logit += bias[id] (OpenAI's logit_bias; -100 bans the id)
 //   1. repeat penalty  over the distinct ids among the last `repeat_last_n` accepted ids: a
 //                      positive logit is divided by `repeat_penalty`, a negative one multiplied
 //                      then logit -= count·frequency_penalty + presence_penalty (OpenAI's
@@ -24,6 +25,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace k3 {
@@ -39,6 +41,10 @@ struct SamplerParams {
   float presence_penalty = 0.0f;   ///< in [-2, 2]: logit -= this for ids seen in the window
   int32_t repeat_last_n = 64;      ///< window of accepted ids the penalty looks at; 0 disables, -1 = all
   uint64_t seed = 0;               ///< RNG seed (the CLI draws a random one and prints it)
+  /// OpenAI's logit_bias: (id, bias in [-100, 100]) added to the raw logit before the chain
+  /// (step 0); a bias of -100 bans the id. Ids outside the row are ignored here (the server
+  /// refuses them).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   /// Throws k3::Error naming the flag (--temp, --top-k, ...) when a value is out of range or NaN.
   void validate() const;

@@ -455,7 +455,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& slots) {
     };
     DecodeStep st;
     try {
-      st = s.decoder.step(s.sampler, rows, s.draft, s.seq.n_past(), emit, forced);
+      st = s.decoder.step(s.sampler, rows, s.draft, s.seq.n_past(), emit, forced,
+                             s.constraint ? &*s.constraint : nullptr);
     } catch (const std::exception& ex) {  // e.g. no finite logit
       if (nd > 0) s.seq.mark_failed();    // holds unverified drafts: not kept
       SeqEvent d = done_event(FinishReason::Error, static_cast<int64_t>(s.prefilled), s.n_generated);

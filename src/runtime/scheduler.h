@@ -38,6 +38,7 @@
 #include "core/error.h"
 #include "model/k3_model.h"
 #include "runtime/generator.h"
+#include "runtime/grammar_constraint.h"
 #include "runtime/image_prompt.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
@@ -68,6 +69,9 @@ struct SeqRequest {
   /// for the prefix cache), or null. A sequence with images neither continues nor leaves a kept
   /// slot state (those are keyed by ids only); the prefix cache serves it, keyed by content.
   std::shared_ptr<const ImagePrompt> images;
+  /// Grammar constraint of the output (ConstraintCompiler::compile; null = none): every step's
+  /// logits are masked to the ids it allows, drafts included (runtime/grammar_constraint.h).
+  std::shared_ptr<const CompiledConstraint> constraint;
 };
 
 /// Why a sequence ended.

@@ -4,6 +4,7 @@
 #pragma once
 #include <future>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -37,6 +38,7 @@ struct Scheduler::Slot {
   int64_t kept_point = 0;
   StateLog kept_kda;
   std::vector<int32_t> out;  ///< ids sampled
+  std::optional<ConstraintMatcher> constraint;  ///< from req.constraint (null: none)
   // Speculative decoding (Options::speculation).
   std::unique_ptr<Drafter> drafter;  ///< null: plain decoding
   Draft draft;                       ///< this step's drafts (verified when non-empty)
@@ -60,6 +62,7 @@ struct Scheduler::Slot {
         decoder(std::move(lim), grid) {
     for (int32_t id : req.prompt) sampler.accept(id);  // llama.cpp's penalty history
     if (req.images) media = req.images->media_keys();
+    if (req.constraint) constraint.emplace(req.constraint);
   }
 };
 

@@ -39,9 +39,38 @@ void SequenceDecoder::cap_draft(Draft& draft, int64_t cap, int64_t draft_min) co
 }
 
 DecodeStep SequenceDecoder::step(Sampler& sampler, std::span<const std::span<const float>> rows, const Draft& draft,
-                                 int64_t n_after, const EmitFn& emit, const int32_t* forced) {
+                                 int64_t n_after, const EmitFn& emit, const int32_t* forced,
+                                 ConstraintMatcher* constraint) {
   if (done()) throw Error("decode: the sequence already ended (internal)");
   const size_t k = draft.ids.size();
+  if (forced != nullptr) constraint = nullptr;  // forced ids are emitted as given
+  // A constraint masks each row with the matcher's state after the drafts before it: the drafts
+  // are accepted into the matcher tentatively (up to the first one it refuses, which the rule then
+  // rejects: its masked probability is 0) and rolled back; rows past a refused draft are never
+  // read by the rule.
+  std::vector<std::vector<float>> masked;
+  std::vector<std::span<const float>> masked_rows;
+  if (constraint != nullptr) {
+    masked.resize(rows.size());
+    masked_rows.resize(rows.size());
+    int64_t tentative = 0;
+    bool live = true;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      masked[i].assign(rows[i].begin(), rows[i].end());
+      if (live) constraint->mask(masked[i]);
+      masked_rows[i] = masked[i];
+      if (i < k && live) {
+        if (constraint->allows(draft.ids[i])) {
+          constraint->accept(draft.ids[i]);
+          ++tentative;
+        } else {
+          live = false;
+        }
+      }
+    }
+    constraint->rollback(tentative);
+    rows = masked_rows;
+  }
   DecodeStep st;
   st.n_drafts = static_cast<int64_t>(k);
   if (k > 0) {
@@ -58,6 +87,7 @@ DecodeStep SequenceDecoder::step(Sampler& sampler, std::span<const std::span<con
   }
   for (size_t m = 0; m < st.ids.size(); ++m) {
     const int32_t id = st.ids[m];
+    if (constraint != nullptr) constraint->accept(id);
     ++n_emitted_;
     ++st.n_emitted;
     // An emitted draft counts as accepted unless it is the target's own last id (correction or

@@ -21,6 +21,7 @@
 
 #include "model/k3_model.h"
 #include "model/prefill_grid.h"
+#include "runtime/grammar_constraint.h"
 #include "runtime/sampler.h"
 #include "runtime/speculative.h"
 
@@ -93,8 +94,11 @@ class SequenceDecoder {
   /// (file comment); `n_after` = ids the state holds after the forward, so ids[m] is emitted
   /// with n_after - n_drafts + m ids held. Errors: as accept_drafts / Sampler::sample (nothing
   /// emitted), and k3::Error after the sequence ended.
+  /// With `constraint` (not null, and no `forced` id) each row is first masked to the ids the
+  /// matcher allows after the drafts before it (ConstraintMatcher::mask; a refused draft is thus
+  /// rejected by the rule), and each picked id is accepted into the matcher.
   DecodeStep step(Sampler& sampler, std::span<const std::span<const float>> rows, const Draft& draft, int64_t n_after,
-                  const EmitFn& emit, const int32_t* forced = nullptr);
+                  const EmitFn& emit, const int32_t* forced = nullptr, ConstraintMatcher* constraint = nullptr);
 
  private:
   DecodeLimits lim_;

@@ -87,8 +87,9 @@ TEST(OpenAIRequest, ResponseFormatReachesTheRenderer) {
   expect_400(chat(R"(,"response_format":"json")"), "response_format", "response_format: expected");
   expect_400(chat(R"(,"response_format":{"type":1})"), "response_format", "response_format: expected");
   expect_400(chat(R"(,"response_format":{})"), "response_format", "response_format: expected");
-  expect_400(chat(R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}})"),
-             "response_format", "\"json_schema\" is not supported");
+  expect_400(chat(R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}})"), "response_format",
+             "response_format.json_schema.schema: expected a JSON Schema object");
+  expect_400(chat(R"(,"response_format":{"type":"xml"})"), "response_format", "\"xml\" is not supported");
 }
 
 TEST(OpenAIRequest, EveryMalformedFieldIsA400NamingIt) {
@@ -113,13 +114,14 @@ TEST(OpenAIRequest, EveryMalformedFieldIsA400NamingIt) {
   expect_400(chat(R"(,"presence_penalty":-2.5)"), "presence_penalty", "presence_penalty");
   expect_400(chat(R"(,"repetition_penalty":0)"), "repetition_penalty", "repetition_penalty");
   expect_400(chat(R"(,"seed":"x")"), "seed", "seed");
-  expect_400(chat(R"(,"n":2)"), "n", "n: expected 1");
+  expect_400(chat(R"(,"n":17)"), "n", "n: expected an integer in [1, 16]");
+  EXPECT_EQ(k3::server::parse_chat_request(chat(R"(,"n":3)"), defaults()).gen.n, 3);
   expect_400(chat(R"(,"stream":"yes")"), "stream", "stream: expected true or false");
   expect_400(chat(R"(,"stop":[1])"), "stop", "stop[0]");
   expect_400(chat(R"(,"stop":5)"), "stop", "stop");
   expect_400(chat(R"(,"top_logprobs":3)"), "top_logprobs", "requires \"logprobs\": true");
   expect_400(chat(R"(,"logprobs":true,"top_logprobs":21)"), "top_logprobs", "top_logprobs");
-  expect_400(chat(R"(,"reasoning_effort":"medium")"), "reasoning_effort", "low\", \"high\" or \"max");
+  expect_400(chat(R"(,"reasoning_effort":"extreme")"), "reasoning_effort", "\"medium\", \"high\" or \"max\"");
   expect_400(chat(R"(,"chat_template_kwargs":{"thinking":"no"})"), "chat_template_kwargs", "thinking");
   expect_400(chat(R"(,"tools":{"a":1})"), "tools", "tools: expected a list");
   expect_400(chat(R"(,"tools":[{"type":"function","function":{}}])"), "tools", "tools[0].function.name");
@@ -134,7 +136,11 @@ TEST(OpenAIRequest, EveryMalformedFieldIsA400NamingIt) {
   // completions
   expect_400(OJ::parse(R"({"max_tokens":3})"), "prompt", "prompt: required", true);
   expect_400(OJ::parse(R"({"prompt":""})"), "prompt", "empty", true);
-  expect_400(OJ::parse(R"({"prompt":["a","b"]})"), "prompt", "batched prompts are not supported", true);
+  expect_400(OJ::parse(R"({"prompt":["a",""]})"), "prompt", "prompt[1]: is empty", true);
+  expect_400(OJ::parse(R"({"prompt":["a",[1,-1]]})"), "prompt", "prompt[1][1]", true);
+  expect_400(OJ::parse(R"({"prompt":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})"), "prompt",
+             "at most 16 prompts", true);
+  EXPECT_EQ(k3::server::parse_completion_request(OJ::parse(R"({"prompt":["a",[5,6]]})"), defaults()).prompts.size(), 2u);
   expect_400(OJ::parse(R"({"prompt":[1,-2]})"), "prompt", "prompt[1]", true);
   expect_400(OJ::parse(R"({"prompt":{"x":1}})"), "prompt", "prompt", true);
   expect_400(OJ::parse(R"({"prompt":"a","logprobs":true})"), "logprobs", "logprobs", true);

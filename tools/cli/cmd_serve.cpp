@@ -355,6 +355,10 @@ void serve(const ServeOptions& o) {
   ctx.image_parts.max_images = o.max_images;
   ctx.hidden_size = lm.model->config().hidden_size;
   ctx.ranks = lm.model->comm().size();
+  // Structured outputs (response_format, grammar): one compiler for the tokenizer, its cache
+  // shared by the requests; a constrained answer ends on the model's stop ids.
+  const k3::ConstraintCompiler constraints(*lm.tokenizer, lm.stop_ids(), 1);
+  ctx.constraints = &constraints;
   http.set_ready(&ctx);
   std::string sampling = defaults.sampling.describe();
   if (!defaults.seed_given && sampling.rfind(" | seed") != std::string::npos)

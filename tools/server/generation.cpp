@@ -148,6 +148,19 @@ SeqRequest make_seq_request(const ServeContext& ctx, std::vector<int32_t> prompt
       }
     }
   }
+  for (const auto& [id, b] : g.sampling.logit_bias)
+    if (id >= ctx.tok->vocab_size())
+      throw bad_request("logit_bias", "logit_bias: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                          std::to_string(ctx.tok->vocab_size()) + ")");
+  if (!g.constraint.empty()) {
+    if (ctx.constraints == nullptr)
+      throw bad_request(g.constraint_param, g.constraint_param + ": constrained decoding is not available here");
+    try {
+      q.constraint = ctx.constraints->compile(g.constraint);
+    } catch (const k3::Error& e) {
+      throw bad_request(g.constraint_param, g.constraint_param + ": " + e.what());
+    }
+  }
   try {
     q.sampling.validate();
   } catch (const k3::Error& e) {

@@ -1,6 +1,7 @@
 // OpenAI request bodies -> ChatRequest / CompletionRequest, with field-naming 400 errors.
 #include "openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -82,6 +83,37 @@ std::vector<std::string> get_stop(const OJ& body) {
   return out;
 }
 
+void check_known_fields(const OJ& body, const std::vector<std::string>& known, const char* endpoint) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (std::find(known.begin(), known.end(), it.key()) != known.end()) continue;
+    std::string k = it.key();
+    if (k.size() > 64) k = k.substr(0, 61) + "...";
+    throw bad_request(k, k + ": unknown or unsupported field for " + endpoint + " (the fields k3 takes are listed in docs/api.md)");
+  }
+}
+
+std::vector<std::pair<int32_t, float>> get_logit_bias(const OJ& body) {
+  std::vector<std::pair<int32_t, float>> out;
+  const OJ* v = field(body, "logit_bias");
+  if (!v) return out;
+  if (!v->is_object())
+    throw bad_request("logit_bias", "logit_bias: expected an object mapping token ids to biases, found " + shown(*v));
+  if (v->size() > 1024)
+    throw bad_request("logit_bias", "logit_bias: at most 1024 entries, found " + std::to_string(v->size()));
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const std::string& key = it.key();
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const long long id = digits ? std::stoll(key) : -1;
+    if (id < 0 || id > INT32_MAX)
+      throw bad_request("logit_bias", "logit_bias: key \"" + key.substr(0, 40) + "\" is not a token id");
+    if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < -100 || it->get<double>() > 100)
+      throw bad_request("logit_bias", "logit_bias[\"" + key + "\"]: expected a number in [-100, 100], found " + shown(*it));
+    out.emplace_back(static_cast<int32_t>(id), it->get<float>());
+  }
+  return out;
+}
+
 // Fields shared by both endpoints (everything but logprobs, which differ in shape).
 GenerationFields parse_generation(const OJ& body, const RequestDefaults& d) {
   GenerationFields g;
@@ -106,7 +138,7 @@ GenerationFields parse_generation(const OJ& body, const RequestDefaults& d) {
       g.include_usage = it->get<bool>();
     }
   }
-  if (auto n = get_int(body, "n", 1, 1, "1 (only one choice per request is supported)")) (void)n;
+
   const std::string mt_what = "an integer >= 1";
   std::optional<int64_t> mt = get_int(body, "max_tokens", 1, INT64_MAX, mt_what);
   if (auto mct = get_int(body, "max_completion_tokens", 1, INT64_MAX, mt_what)) mt = mct;
@@ -134,6 +166,14 @@ GenerationFields parse_generation(const OJ& body, const RequestDefaults& d) {
     s.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }
   g.stop = get_stop(body);
+  s.logit_bias = get_logit_bias(body);
+  if (const OJ* gr = field(body, "grammar")) {
+    if (!gr->is_string() || gr->get<std::string>().empty())
+      throw bad_request("grammar", "grammar: expected a non-empty GBNF grammar string, found " + shown(*gr));
+    g.constraint.kind = ConstraintSpec::Kind::Gbnf;
+    g.constraint.text = gr->get<std::string>();
+    g.constraint_param = "grammar";
+  }
 
   if (const OJ* f = field(body, "k3_forced_output")) {
     if (!d.allow_forced_output)
@@ -148,6 +188,16 @@ GenerationFields parse_generation(const OJ& body, const RequestDefaults& d) {
     g.forced_output = *f;
   }
   return g;
+}
+
+// Combinations a constraint cannot honour.
+void check_constraint(const GenerationFields& g) {
+  if (g.constraint.empty()) return;
+  if (g.ignore_eos)
+    throw bad_request("ignore_eos", "ignore_eos: cannot be combined with " + g.constraint_param +
+                                        " (a constrained answer ends on a stop id)");
+  if (g.forced_output)
+    throw bad_request("k3_forced_output", "k3_forced_output: cannot be combined with " + g.constraint_param);
 }
 
 void check_tools(const OJ& tools) {
@@ -246,9 +296,33 @@ OJ parse_body(const std::string& body) {
   return j;
 }
 
+const std::vector<std::string> kChatFields = {
+    "model", "user", "stream", "stream_options", "ignore_eos", "speculative", "n", "max_tokens",
+    "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "frequency_penalty",
+    "presence_penalty", "seed", "stop", "k3_forced_output", "logit_bias", "grammar", "messages", "logprobs",
+    "top_logprobs", "tools", "tool_choice", "reasoning_effort", "response_format", "chat_template_kwargs"};
+const std::vector<std::string> kCompletionFields = {
+    "model", "user", "stream", "stream_options", "ignore_eos", "speculative", "n", "max_tokens",
+    "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "frequency_penalty",
+    "presence_penalty", "seed", "stop", "k3_forced_output", "logit_bias", "grammar", "prompt", "echo", "logprobs"};
+
+std::optional<std::string> map_reasoning_effort(const OJ& v, const std::string& param) {
+  if (v.is_string()) {
+    const std::string e = v.get<std::string>();
+    if (e == "minimal" || e == "low") return std::string("low");
+    if (e == "medium" || e == "high") return std::string("high");
+    if (e == "max") return std::string("max");
+    if (e == "none") return std::nullopt;
+  }
+  throw bad_request(param, param + ": expected \"none\", \"minimal\", \"low\", \"medium\", \"high\" or \"max\", found " +
+                               shown(v));
+}
+
 ChatRequest parse_chat_request(const OJ& body, const RequestDefaults& d) {
+  check_known_fields(body, kChatFields, "/v1/chat/completions");
   ChatRequest r;
   r.gen = parse_generation(body, d);
+  r.gen.n = get_int(body, "n", 1, 16).value_or(1);
   r.messages = check_messages(body);
   if (auto lp = get_bool(body, "logprobs"); lp && *lp) {
     r.gen.top_logprobs = static_cast<int>(get_int(body, "top_logprobs", 0, 20).value_or(0));
@@ -298,23 +372,70 @@ ChatRequest parse_chat_request(const OJ& body, const RequestDefaults& d) {
   r.chat.tools = tools;
   r.chat.tool_choice = choice;
 
+  bool effort_off = false;
   if (const OJ* e = field(body, "reasoning_effort")) {
-    if (!e->is_string() || (*e != "low" && *e != "high" && *e != "max"))
-      throw bad_request("reasoning_effort",
-                        "reasoning_effort: expected \"low\", \"high\" or \"max\" (K3's efforts), found " + shown(*e));
-    r.chat.thinking_effort = e->get<std::string>();
+    r.chat.thinking_effort = map_reasoning_effort(*e, "reasoning_effort");
+    effort_off = !r.chat.thinking_effort.has_value();
   }
   if (const OJ* rf = field(body, "response_format")) {
-    // The K3 template knows json_object (a system note) and text (nothing); no json_schema.
+    const char* expect =
+        "response_format: expected {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", "
+        "\"json_schema\": {\"name\": ..., \"schema\": {...}, \"strict\": true}}, found ";
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-      throw bad_request(
-          "response_format",
-          "response_format: expected {\"type\": \"json_object\"} or {\"type\": \"text\"}, found " + shown(*rf));
+      throw bad_request("response_format", expect + shown(*rf));
     const std::string type = (*rf)["type"];
-    if (type != "json_object" && type != "text")
+    for (auto it = rf->begin(); it != rf->end(); ++it)
+      if (it.key() != "type" && !(type == "json_schema" && it.key() == "json_schema"))
+        throw bad_request("response_format", "response_format." + it.key().substr(0, 40) +
+                                                 ": unknown or unsupported field for type \"" + type + "\"");
+    if (type == "text") {
+      r.chat.response_format = OJ{{"type", "text"}};
+    } else if (type == "json_object") {
+      // The K3 template's json_object note, and the grammar of any JSON object.
+      r.chat.response_format = OJ{{"type", "json_object"}};
+      r.gen.constraint.kind = ConstraintSpec::Kind::JsonObject;
+    } else if (type == "json_schema") {
+      const auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object())
+        throw bad_request("response_format", "response_format.json_schema: expected an object, found " +
+                                                 (js == rf->end() ? std::string("nothing") : shown(*js)));
+      for (auto it = js->begin(); it != js->end(); ++it)
+        if (it.key() != "name" && it.key() != "schema" && it.key() != "strict" && it.key() != "description")
+          throw bad_request("response_format", "response_format.json_schema." + it.key().substr(0, 40) +
+                                                   ": unknown field (expected name, description, schema, strict)");
+      if (auto n = js->find("name"); n != js->end() && !n->is_string())
+        throw bad_request("response_format", "response_format.json_schema.name: expected a string, found " + shown(*n));
+      if (auto d = js->find("description"); d != js->end() && !d->is_null() && !d->is_string())
+        throw bad_request("response_format",
+                          "response_format.json_schema.description: expected a string, found " + shown(*d));
+      const auto sc = js->find("schema");
+      if (sc == js->end() || !(sc->is_object() || sc->is_boolean()))
+        throw bad_request("response_format", "response_format.json_schema.schema: expected a JSON Schema object, found " +
+                                                 (sc == js->end() ? std::string("nothing") : shown(*sc)));
+      bool strict = false;
+      if (auto st = js->find("strict"); st != js->end() && !st->is_null()) {
+        if (!st->is_boolean())
+          throw bad_request("response_format",
+                            "response_format.json_schema.strict: expected true or false, found " + shown(*st));
+        strict = st->get<bool>();
+      }
+      if (r.gen.constraint_param == "grammar")
+        throw bad_request("grammar", "grammar: cannot be combined with a response_format of type " + type);
+      // The template has no schema note: the json_object note asks for JSON, the grammar gives
+      // the schema's shape.
+      r.chat.response_format = OJ{{"type", "json_object"}};
+      r.gen.constraint.kind = ConstraintSpec::Kind::JsonSchema;
+      r.gen.constraint.text = sc->dump();
+      r.gen.constraint.strict = strict;
+    } else {
       throw bad_request("response_format", "response_format.type: \"" + type +
-                                               "\" is not supported (expected \"json_object\" or \"text\")");
-    r.chat.response_format = OJ{{"type", type}};
+                                               "\" is not supported (expected \"text\", \"json_object\" or \"json_schema\")");
+    }
+    if (type != "text") {
+      if (r.gen.constraint_param == "grammar")
+        throw bad_request("grammar", "grammar: cannot be combined with a response_format of type " + type);
+      r.gen.constraint_param = "response_format";
+    }
   }
   if (const OJ* kw = field(body, "chat_template_kwargs")) {
     if (!kw->is_object())
@@ -334,34 +455,78 @@ ChatRequest parse_chat_request(const OJ& body, const RequestDefaults& d) {
             "chat_template_kwargs.thinking_effort: expected \"low\", \"high\" or \"max\", found " + shown(*it));
       r.chat.thinking_effort = it->get<std::string>();
     }
+    for (auto it = kw->begin(); it != kw->end(); ++it)
+      if (it.key() != "thinking" && it.key() != "enable_thinking" && it.key() != "thinking_effort")
+        throw bad_request("chat_template_kwargs", "chat_template_kwargs." + it.key().substr(0, 40) +
+                                                      ": unknown key (expected thinking, enable_thinking, thinking_effort)");
   }
+  if (effort_off) r.chat.thinking = false;
+  if (r.tools_given && r.chat.tool_choice == "required") {
+    // "required" or a named function: one call of a declared tool, its arguments constrained to
+    // the tool's parameters schema.
+    if (!r.gen.constraint.empty())
+      throw bad_request("tool_choice", "tool_choice: a required tool call cannot be combined with " +
+                                           r.gen.constraint_param + " (both constrain the answer)");
+    r.gen.constraint.kind = ConstraintSpec::Kind::ToolCall;
+    for (const auto& t : r.chat.tools) {
+      const OJ& fn = t["function"];
+      ConstraintSpec::Tool tool{fn["name"].get<std::string>(), ""};
+      if (auto p = fn.find("parameters"); p != fn.end() && !p->is_null()) {
+        if (!p->is_object())
+          throw bad_request("tools", "tools: function \"" + tool.name + "\" parameters: expected a JSON Schema object");
+        tool.parameters = p->dump();
+      }
+      r.gen.constraint.tools.push_back(std::move(tool));
+    }
+    r.gen.constraint_param = "tool_choice";
+  }
+  if (!r.gen.constraint.empty()) r.gen.constraint.after_think = r.chat.thinking;  // the prompt opened think
+  check_constraint(r.gen);
   return r;
 }
 
 CompletionRequest parse_completion_request(const OJ& body, const RequestDefaults& d) {
+  check_known_fields(body, kCompletionFields, "/v1/completions");
   CompletionRequest r;
   r.gen = parse_generation(body, d);
+  (void)get_int(body, "n", 1, 1, "1 (several choices are served by /v1/chat/completions only)");
+  check_constraint(r.gen);
   if (auto lp = get_int(body, "logprobs", 0, 20)) r.gen.top_logprobs = static_cast<int>(*lp);
   r.echo = get_bool(body, "echo").value_or(false);
   const OJ* p = field(body, "prompt");
   if (!p) throw bad_request("prompt", "prompt: required (a string or a list of token ids)");
-  const OJ* one = p;
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) one = &(*p)[0];
-  if (one->is_string()) {
-    if (one->get<std::string>().empty()) throw bad_request("prompt", "prompt: is empty (expected at least 1 token)");
-    r.prompt_text = one->get<std::string>();
-  } else if (one->is_array() && !one->empty()) {
-    for (std::size_t i = 0; i < one->size(); ++i) {
-      const OJ& x = (*one)[i];
-      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
-        throw bad_request(
-            "prompt", "prompt[" + std::to_string(i) + "]: expected a token id (integer >= 0), found " + shown(x) +
-                          (x.is_string() ? " (batched prompts are not supported: send one prompt per request)" : ""));
-      r.prompt_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
-    }
+  // One prompt (a string or a list of ids), or a list of prompts (strings or id lists).
+  std::vector<const OJ*> items;
+  const bool is_list = p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array());
+  if (is_list) {
+    if (p->size() > 16)
+      throw bad_request("prompt", "prompt: at most 16 prompts per request, found " + std::to_string(p->size()));
+    for (const auto& x : *p) items.push_back(&x);
   } else {
-    throw bad_request("prompt", "prompt: expected a non-empty string or list of token ids, found " + shown(*p));
+    items.push_back(p);
   }
+  for (size_t k = 0; k < items.size(); ++k) {
+    const OJ* one = items[k];
+    const std::string w = is_list ? "prompt[" + std::to_string(k) + "]" : "prompt";
+    CompletionPrompt cp;
+    if (one->is_string()) {
+      if (one->get<std::string>().empty()) throw bad_request("prompt", w + ": is empty (expected at least 1 token)");
+      cp.text = one->get<std::string>();
+    } else if (one->is_array() && !one->empty()) {
+      for (std::size_t i = 0; i < one->size(); ++i) {
+        const OJ& x = (*one)[i];
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+          throw bad_request("prompt", w + "[" + std::to_string(i) + "]: expected a token id (integer >= 0), found " +
+                                          shown(x));
+        cp.ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+      }
+    } else {
+      throw bad_request("prompt", w + ": expected a non-empty string or list of token ids, found " + shown(*one));
+    }
+    r.prompts.push_back(std::move(cp));
+  }
+  r.prompt_text = r.prompts[0].text;
+  r.prompt_ids = r.prompts[0].ids;
   return r;
 }
 

@@ -1,7 +1,7 @@
 // Parsing and validation of OpenAI request bodies (POST /v1/chat/completions, /v1/completions)
 // into typed requests. Every error is an ApiError(400) whose message and `param` name the field
-// ("temperature: expected a number in [0, 2], found 7"). Unknown fields are ignored, as OpenAI
-// clients send extras.
+// ("temperature: expected a number in [0, 2], found 7"). No field is silently ignored: a field
+// outside the endpoint's list (kChatFields / kCompletionFields, docs/api.md) is a 400 naming it.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/json_depth.h"
+#include "runtime/grammar_constraint.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_k3.h"
 
@@ -36,12 +37,18 @@ struct GenerationFields {
   bool speculative = true;            ///< "speculative": false opts out of the server's speculative
                                       ///< decoding (k3 extension; greedy output is the same either way)
   std::optional<int64_t> max_tokens;  ///< max_tokens / max_completion_tokens, >= 1
+  int64_t n = 1;                      ///< choices (chat: 1..16, sampled together; completions: 1)
   SamplerParams sampling;             ///< defaults overridden by the request; seed resolved
   std::vector<std::string> stop;      ///< text stop strings (non-empty strings)
   int top_logprobs = -1;              ///< -1: no logprobs; 0..20 alternatives per token
   /// "k3_forced_output" (only with RequestDefaults::allow_forced_output): text with K3 markers
   /// (encoded with specials allowed) or a list of ids; emitted instead of sampling.
   std::optional<nlohmann::ordered_json> forced_output;
+  /// Structured output: from response_format (json_object / json_schema), "grammar" (GBNF) or
+  /// tool_choice "required" / a named function (one call, arguments of the tool's schema);
+  /// compiled by make_seq_request (a compile error is a 400 naming constraint_param).
+  ConstraintSpec constraint;
+  std::string constraint_param;  ///< "response_format", "grammar" or "tool_choice"
 };
 
 /// A parsed POST /v1/chat/completions body.
@@ -52,27 +59,46 @@ struct ChatRequest {
   bool tools_given = false;
 };
 
+/// One prompt of a completions request: text, or ids (when text is empty).
+struct CompletionPrompt {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
+};
+
 /// A parsed POST /v1/completions body.
 struct CompletionRequest {
   GenerationFields gen;
-  std::optional<std::string> prompt_text;  ///< "prompt": string
+  std::optional<std::string> prompt_text;  ///< "prompt": string (the first prompt)
   std::vector<int32_t> prompt_ids;         ///< "prompt": list of ids (when prompt_text is empty)
+  std::vector<CompletionPrompt> prompts;   ///< every prompt (1..16), one choice each
   bool echo = false;
 };
+
+/// The top-level fields each endpoint takes (docs/api.md says what k3 does with each); any other
+/// field is refused with a 400 naming it.
+extern const std::vector<std::string> kChatFields;
+extern const std::vector<std::string> kCompletionFields;
+
+/// OpenAI reasoning_effort -> K3 thinking effort: "minimal" and "low" -> low, "medium" and
+/// "high" -> high, "max" -> max (K3's own values pass through), "none" -> thinking off
+/// (std::nullopt). Errors: ApiError(400) naming `param` for any other value.
+std::optional<std::string> map_reasoning_effort(const nlohmann::ordered_json& v, const std::string& param);
 
 /// Parses a chat completions body (already JSON-decoded). Validates: messages (non-empty list of
 /// objects with a known role: system, developer (rendered as system), user, assistant, tool;
 /// content string/null/text parts), tools (list of {"type":"function","function":{"name",...}}),
 /// tool_choice (auto|none|required|{"type":"function","function":{"name"}} naming a declared
 /// tool; a named choice renders as "required" with only that tool declared), reasoning_effort
-/// (low|high|max), chat_template_kwargs.thinking / enable_thinking (bool), response_format
-/// ({"type": "json_object"|"text"}; json_schema is refused), n (must be 1), an assistant's
+/// (map_reasoning_effort), chat_template_kwargs.thinking / enable_thinking (bool), response_format
+/// ({"type": "text"|"json_object"} or {"type": "json_schema", "json_schema": {"name", "schema",
+/// "strict"}}: a grammar constraint of the response channel), grammar (GBNF), logit_bias, n
+/// (1..16), an assistant's
 /// tool_calls[k].function.arguments string (JSON text nested at most kMaxJsonDepth levels), and
 /// the GenerationFields. Errors: ApiError(400) naming the field.
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
 
-/// Parses a completions body: prompt (string, list of one string, or list of ids; ids are
-/// range-checked later against the tokenizer), echo, logprobs (int 0..20), and the
+/// Parses a completions body: prompt (string, list of ids, or a list of 1..16 strings or id
+/// lists: one choice each; ids are range-checked later against the tokenizer), echo, logprobs (int 0..20), and the
 /// GenerationFields. Errors: ApiError(400) naming the field.
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
 

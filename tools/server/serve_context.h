@@ -12,6 +12,7 @@
 #include "metrics.h"
 #include "openai_request.h"
 #include "request_policy.h"
+#include "runtime/grammar_constraint.h"
 #include "runtime/scheduler.h"
 #include "tokenizer/tokenizer.h"
 #include "vision/image_config.h"
@@ -118,6 +119,8 @@ struct ServeContext {
   ImagePartLimits image_parts;
   int64_t hidden_size = 0;
   int ranks = 1;
+  /// Compiles response_format / grammar constraints (null: such requests get a 400).
+  const ConstraintCompiler* constraints = nullptr;
 };
 
 /// Token counts of the request being served on this thread, for its log line (httplib runs a

@@ -100,8 +100,12 @@ void handle_tokenize(const ServeContext& ctx, const httplib::Request& req, httpl
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
     // Reuse the chat parser for messages, tools and the template switches.
-    Json chat = body;
-    chat.erase("stream");
+    // Only the chat fields go on (the chat parser refuses any other by name; /tokenize's own
+    // fields are read here).
+    Json chat = Json::object();
+    for (auto it = body.begin(); it != body.end(); ++it)
+      if (it.key() != "stream" && std::find(kChatFields.begin(), kChatFields.end(), it.key()) != kChatFields.end())
+        chat[it.key()] = it.value();
     ChatRequest cr = parse_chat_request(chat, ctx.defaults);
     std::shared_ptr<const ImagePrompt> images;  // the image tokens are the <|media_pad|> ids
     ids = render_chat_request_images(ctx, cr, &images, /*encode=*/false);
