@@ -26,6 +26,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "cache_flags.h"
+#include "agent_api.h"
 #include "gen_flags.h"
 #include "http_server.h"
 #include "metrics.h"
@@ -56,6 +57,7 @@ struct ServeOptions {
   k3cli::CacheFlags cache;
   std::string slot_save_path;
   int64_t max_tokenize_tokens = int64_t{1} << 20;
+  int64_t responses_store = 1024;  // --responses-store: /v1/responses kept for previous_response_id
   k3cli::SpecFlags spec;  // speculative decoding in the scheduler
 };
 
@@ -256,6 +258,8 @@ void serve(const ServeOptions& o) {
   ctx.max_tokenize_tokens = o.max_tokenize_tokens;
   ctx.handles = &handles;
   ctx.policy = &policy;
+  k3::server::ResponseStore responses(static_cast<std::size_t>(o.responses_store));
+  ctx.responses = &responses;
   http.set_ready(&ctx);
   std::string sampling = defaults.sampling.describe();
   if (!defaults.seed_given && sampling.rfind(" | seed") != std::string::npos)
@@ -263,6 +267,11 @@ void serve(const ServeOptions& o) {
   std::fprintf(stderr, "k3 serve: ready: model '%s' (load %.0f ms) | %s | -np %lld -c %lld --queue %lld\n",
                ctx.model_id.c_str(), lm.load_ms, sampling.c_str(), static_cast<long long>(o.parallel),
                static_cast<long long>(o.gen.n_ctx), static_cast<long long>(o.queue));
+  std::fprintf(stderr,
+               "k3 serve: -c %lld is the context of each of the %lld slots (llama-server's -c is the total, "
+               "divided among its slots: the same memory there is -c %lld)\n",
+               static_cast<long long>(o.gen.n_ctx), static_cast<long long>(o.parallel),
+               static_cast<long long>(o.gen.n_ctx * o.parallel));
 
   const int sig = signals.wait();
   std::fprintf(stderr, "k3 serve: %s: stopping (finishing running requests, at most %d s)\n",
@@ -378,6 +387,11 @@ k3cli::Registrar reg(
                       "requests together reserve at most twice this (more: 429)")
           ->capture_default_str()
           ->check(CLI::PositiveNumber);
+      sub->add_option("--responses-store", o->responses_store,
+                      "POST /v1/responses answers kept in memory for previous_response_id (least recently "
+                      "used dropped first; 0 = none)")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber);
       sub->callback([o] { serve(*o); });
     });
 
