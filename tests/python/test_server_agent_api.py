@@ -11,6 +11,7 @@ from --test-forced-output (`k3_forced_output`, emitted instead of sampled ids an
 sampled ones), so these tests check the translation both ways, not the model's choices.
 """
 import json
+import subprocess
 
 import anthropic
 import httpx
@@ -328,3 +329,37 @@ def test_cors_preflight_of_an_anthropic_client(server):
     r = httpx.options(server.url + "/v1/messages", headers={"Origin": "http://evil.example",
                                                            "Access-Control-Request-Method": "POST"})
     assert r.status_code == 403
+
+
+def test_llama_server_flags_and_timings(tmp_path):
+    s = base.Server(str(tmp_path / "serve.log"), "-np", "1", "-c", "512", "-t", "1", "--test-forced-output",
+                    "--reasoning-format", "none", "--reasoning-budget", "0", "--log-format", "json")
+    try:
+        msgs = [{"role": "user", "content": "x"}]
+        # --reasoning-format none: the reasoning text is part of the content
+        r = httpx.post(s.url + "/v1/chat/completions", timeout=60, json={
+            "messages": msgs, "max_tokens": 100, "chat_template_kwargs": {"thinking": True},
+            "k3_forced_output": "Let me check.<|close|>think<|sep|><|open|>response<|sep|>Sunny.<|close|>response<|sep|>"
+                                "<|end_of_msg|>"}).json()
+        assert r["choices"][0]["message"]["content"] == "Let me check.Sunny."
+        assert r["choices"][0]["message"]["reasoning_content"] is None
+        # llama-server's timings in every final answer
+        t = r["timings"]
+        assert t["predicted_n"] == r["usage"]["completion_tokens"] and t["prompt_n"] == r["usage"]["prompt_tokens"]
+        assert t["prompt_ms"] >= 0 and t["predicted_ms"] >= 0 and "draft_n" not in t
+        # --reasoning-budget 0: thinking off unless the request turns it on
+        count = lambda body: httpx.post(s.url + "/tokenize", json=body, timeout=30).json()["count"]
+        assert count({"messages": msgs}) == count({"messages": msgs, "chat_template_kwargs": {"thinking": False}})
+        assert count({"messages": msgs}) != count({"messages": msgs, "chat_template_kwargs": {"thinking": True}})
+        # --log-format json: one JSON object per request line
+        lines = [json.loads(line) for line in s.read_log().splitlines() if line.startswith("{")]
+        assert any(x["path"] == "/v1/chat/completions" and x["status"] == 200 and x["prompt_tokens"] > 0
+                   for x in lines), s.read_log()
+        # -c is per slot: the start-up log says so
+        assert "-c 512 is the context of each of the 1 slots" in s.read_log()
+    finally:
+        s.stop()
+    for flag, value in [("--reasoning-budget", "5"), ("--reasoning-format", "weird"), ("--log-format", "xml")]:
+        p = subprocess.run([base.K3, "serve", "-m", base.MINI, "--port", "0", flag, value], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode != 0 and flag in p.stderr, (flag, p.stderr)

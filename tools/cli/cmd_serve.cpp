@@ -57,7 +57,10 @@ struct ServeOptions {
   k3cli::CacheFlags cache;
   std::string slot_save_path;
   int64_t max_tokenize_tokens = int64_t{1} << 20;
-  int64_t responses_store = 1024;  // --responses-store: /v1/responses kept for previous_response_id
+  int64_t responses_store = 1024;
+  std::string reasoning_format = "auto";  // --reasoning-format
+  int64_t reasoning_budget = -1;          // --reasoning-budget
+  std::string log_format = "text";        // --log-format  // --responses-store: /v1/responses kept for previous_response_id
   k3cli::SpecFlags spec;  // speculative decoding in the scheduler
 };
 
@@ -142,6 +145,17 @@ void serve(const ServeOptions& o) {
   defaults.seed_given = o.gen.seed_given();
   defaults.max_tokens = o.gen.n_predict;
   defaults.allow_forced_output = o.test_forced_output;
+  // llama-server's reasoning flags: --reasoning-format none|deepseek|auto (where the reasoning
+  // text goes), --reasoning-budget -1|0 (0: thinking off unless a request turns it on).
+  if (o.reasoning_format != "none" && o.reasoning_format != "deepseek" && o.reasoning_format != "auto")
+    throw k3::Error("--reasoning-format: expected none, deepseek or auto, found '" + o.reasoning_format + "'");
+  defaults.reasoning_in_content = o.reasoning_format == "none";
+  if (o.reasoning_budget != -1 && o.reasoning_budget != 0)
+    throw k3::Error("--reasoning-budget: expected -1 (unrestricted) or 0 (thinking off), found " +
+                    std::to_string(o.reasoning_budget) + " (K3 has no token budget for its reasoning)");
+  defaults.thinking = o.reasoning_budget != 0;
+  if (o.log_format != "text" && o.log_format != "json")
+    throw k3::Error("--log-format: expected text or json, found '" + o.log_format + "'");
   std::error_code ec;
   if (!std::filesystem::is_directory(o.gen.model_dir, ec))
     throw k3::Error("-m/--model: '" + o.gen.model_dir + "' is not a directory (expected a K3 checkpoint directory)");
@@ -173,6 +187,7 @@ void serve(const ServeOptions& o) {
   cfg.read_timeout_s = o.timeout_s;
   cfg.write_timeout_s = o.timeout_s;
   cfg.limits = o.conn;
+  cfg.log_json = o.log_format == "json";
   cfg.limits.header_timeout = std::chrono::seconds(o.header_timeout_s);
   cfg.limits.body_timeout = std::chrono::seconds(o.body_timeout_s);
   k3::server::HttpServer http(cfg);
@@ -392,6 +407,16 @@ k3cli::Registrar reg(
                       "used dropped first; 0 = none)")
           ->capture_default_str()
           ->check(CLI::NonNegativeNumber);
+      sub->add_option("--reasoning-format", o->reasoning_format,
+                      "where K3's reasoning goes (llama-server's flag): auto or deepseek = "
+                      "reasoning_content / reasoning items / thinking blocks, none = in the content text")
+          ->capture_default_str();
+      sub->add_option("--reasoning-budget", o->reasoning_budget,
+                      "-1 = thinking as the request says (on by default), 0 = thinking off unless a request "
+                      "turns it on (llama-server's flag; K3 has no other budget)")
+          ->capture_default_str();
+      sub->add_option("--log-format", o->log_format, "request log lines on stderr: text or json (one object a line)")
+          ->capture_default_str();
       sub->callback([o] { serve(*o); });
     });
 

@@ -266,6 +266,19 @@ void HttpServer::setup_routes() {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - req.start_time_).count();
     const ServeContext* ctx = ctx_.load();
     if (ctx) ctx->metrics->count_request(endpoint_label(req.path), res.status);
+    if (cfg_.log_json) {
+      const Json line{{"msg", "request"},
+                      {"method", req.method},
+                      {"path", req.path},
+                      {"status", res.status},
+                      {"prompt_tokens", std::max<int64_t>(log.prompt_tokens, 0)},
+                      {"generated_tokens", std::max<int64_t>(log.generated_tokens, 0)},
+                      {"ms", ms}};
+      // dump escapes control characters; invalid UTF-8 in the path becomes U+FFFD
+      std::fprintf(stderr, "%s\n", line.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
+      current_request_log() = RequestLog{};
+      return;
+    }
     std::fprintf(stderr, "k3 serve: %s %s %d | prompt %lld tok | gen %lld tok | %.1f ms\n",
                  escape_for_log(req.method).c_str(), escape_for_log(req.path).c_str(), res.status,
                  static_cast<long long>(std::max<int64_t>(log.prompt_tokens, 0)),

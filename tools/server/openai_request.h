@@ -22,6 +22,8 @@ struct RequestDefaults {
   bool seed_given = false;           ///< --seed was given: requests without "seed" use sampling.seed
   int64_t max_tokens = -1;           ///< -n; -1 = until a stop id or the context is full
   bool allow_forced_output = false;  ///< --test-forced-output: accept "k3_forced_output"
+  bool thinking = true;              ///< K3 thinking when a request does not say (--reasoning-budget 0: off)
+  bool reasoning_in_content = false;  ///< --reasoning-format none: reasoning text is sent as content
 };
 
 /// Fields common to both endpoints.
