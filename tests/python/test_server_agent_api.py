@@ -332,8 +332,11 @@ def test_cors_preflight_of_an_anthropic_client(server):
 
 
 def test_llama_server_flags_and_timings(tmp_path):
+    slots = tmp_path / "slots"
+    slots.mkdir(mode=0o700)
     s = base.Server(str(tmp_path / "serve.log"), "-np", "1", "-c", "512", "-t", "1", "--test-forced-output",
-                    "--reasoning-format", "none", "--reasoning-budget", "0", "--log-format", "json")
+                    "--reasoning-format", "none", "--reasoning-budget", "0", "--log-format", "json",
+                    "--slot-save-path", str(slots))
     try:
         msgs = [{"role": "user", "content": "x"}]
         # --reasoning-format none: the reasoning text is part of the content
@@ -355,6 +358,11 @@ def test_llama_server_flags_and_timings(tmp_path):
         lines = [json.loads(line) for line in s.read_log().splitlines() if line.startswith("{")]
         assert any(x["path"] == "/v1/chat/completions" and x["status"] == 200 and x["prompt_tokens"] > 0
                    for x in lines), s.read_log()
+        # /slots actions with an empty body, as llama-server's clients send them
+        r = httpx.post(s.url + "/slots/0?action=erase", timeout=30)
+        assert r.status_code == 200 and r.json()["id_slot"] == 0
+        r = httpx.post(s.url + "/slots/0?action=save", timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "filename"
         # -c is per slot: the start-up log says so
         assert "-c 512 is the context of each of the 1 slots" in s.read_log()
     finally:
