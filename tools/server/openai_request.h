@@ -70,7 +70,8 @@ struct CompletionRequest {
 /// (low|high|max), chat_template_kwargs.thinking / enable_thinking (bool), response_format
 /// ({"type": "json_object"|"text"}; json_schema is refused), n (must be 1), an assistant's
 /// tool_calls[k].function.arguments string (JSON text nested at most kMaxJsonDepth levels), and
-/// the GenerationFields. Errors: ApiError(400) naming the field.
+/// the GenerationFields. chat.thinking starts as RequestDefaults::thinking (--reasoning-budget).
+/// Errors: ApiError(400) naming the field.
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
 
 /// Parses a completions body: prompt (string, list of one string, or list of ids; ids are
