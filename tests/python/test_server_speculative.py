@@ -91,7 +91,7 @@ def test_chat_greedy_equals_plain_streamed_and_not(plain, ngram, prompt):
     assert got["choices"][0]["message"]["content"] == want["choices"][0]["message"]["content"]
     assert got["choices"][0]["finish_reason"] == want["choices"][0]["finish_reason"]
     assert got["usage"] == want["usage"]
-    assert "timings" not in want  # no speculation: no draft timings
+    assert "draft_n" not in want["timings"]  # no speculation: llama-server's timings, no draft counts
     t = got["timings"]
     assert 0 <= t["draft_n_accepted"] <= t["draft_n"]
     text, last = stream(ngram, "/v1/chat/completions", chat_body(prompt))
@@ -131,7 +131,7 @@ def test_metrics_count_drafts_on_a_repetitive_prompt(plain, ngram):
 
 def test_request_can_opt_out(ngram):
     r = post(ngram, "/v1/completions", completion_body(REPETITIVE, 32, speculative=False))
-    assert r["timings"] == {"draft_n": 0, "draft_n_accepted": 0}
+    assert r["timings"]["draft_n"] == 0 and r["timings"]["draft_n_accepted"] == 0
     r = httpx.post(ngram.url + "/v1/completions", json=completion_body("x", 4, speculative="no"), timeout=30)
     assert r.status_code == 400 and "speculative" in r.json()["error"]["message"]
 

@@ -28,6 +28,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "cache_flags.h"
+#include "agent_api.h"
 #include "gen_flags.h"
 #include "http_server.h"
 #include "metrics.h"
@@ -62,6 +63,10 @@ struct ServeOptions {
   uint64_t max_image_bytes = 20ull << 20;            ///< --max-image-bytes
   uint64_t max_image_pixels = 7168ull * 7168;        ///< --max-image-pixels (W0 x H0 of one image)
   int64_t max_images = 16;                           ///< --max-images (per request)
+  int64_t responses_store = 1024;        // --responses-store: /v1/responses kept for previous_response_id
+  std::string reasoning_format = "auto";  // --reasoning-format
+  int64_t reasoning_budget = -1;          // --reasoning-budget
+  std::string log_format = "text";        // --log-format
   k3cli::SpecFlags spec;  // speculative decoding in the scheduler
 };
 
@@ -217,6 +222,17 @@ void serve(const ServeOptions& o) {
   defaults.seed_given = o.gen.seed_given();
   defaults.max_tokens = o.gen.n_predict;
   defaults.allow_forced_output = o.test_forced_output;
+  // llama-server's reasoning flags: --reasoning-format none|deepseek|auto (where the reasoning
+  // text goes), --reasoning-budget -1|0 (0: thinking off unless a request turns it on).
+  if (o.reasoning_format != "none" && o.reasoning_format != "deepseek" && o.reasoning_format != "auto")
+    throw k3::Error("--reasoning-format: expected none, deepseek or auto, found '" + o.reasoning_format + "'");
+  defaults.reasoning_in_content = o.reasoning_format == "none";
+  if (o.reasoning_budget != -1 && o.reasoning_budget != 0)
+    throw k3::Error("--reasoning-budget: expected -1 (unrestricted) or 0 (thinking off), found " +
+                    std::to_string(o.reasoning_budget) + " (K3 has no token budget for its reasoning)");
+  defaults.thinking = o.reasoning_budget != 0;
+  if (o.log_format != "text" && o.log_format != "json")
+    throw k3::Error("--log-format: expected text or json, found '" + o.log_format + "'");
   std::error_code ec;
   if (!std::filesystem::is_directory(o.gen.model_dir, ec))
     throw k3::Error("-m/--model: '" + o.gen.model_dir + "' is not a directory (expected a K3 checkpoint directory)");
@@ -250,6 +266,7 @@ void serve(const ServeOptions& o) {
   cfg.read_timeout_s = o.timeout_s;
   cfg.write_timeout_s = o.timeout_s;
   cfg.limits = o.conn;
+  cfg.log_json = o.log_format == "json";
   cfg.limits.header_timeout = std::chrono::seconds(o.header_timeout_s);
   cfg.limits.body_timeout = std::chrono::seconds(o.body_timeout_s);
   k3::server::HttpServer http(cfg);
@@ -359,6 +376,8 @@ void serve(const ServeOptions& o) {
   // shared by the requests; a constrained answer ends on the model's stop ids.
   const k3::ConstraintCompiler constraints(*lm.tokenizer, lm.stop_ids(), 1);
   ctx.constraints = &constraints;
+  k3::server::ResponseStore responses(static_cast<std::size_t>(o.responses_store));
+  ctx.responses = &responses;
   http.set_ready(&ctx);
   std::string sampling = defaults.sampling.describe();
   if (!defaults.seed_given && sampling.rfind(" | seed") != std::string::npos)
@@ -367,6 +386,11 @@ void serve(const ServeOptions& o) {
                ctx.model_id.c_str(), lm.load_ms, sampling.c_str(), static_cast<long long>(o.parallel),
                static_cast<long long>(o.gen.n_ctx), static_cast<long long>(o.queue),
                n_ranks > 1 ? (" | " + std::to_string(n_ranks) + " ranks").c_str() : "");
+  std::fprintf(stderr,
+               "k3 serve: -c %lld is the context of each of the %lld slots (llama-server's -c is the total, "
+               "divided among its slots: the same memory there is -c %lld)\n",
+               static_cast<long long>(o.gen.n_ctx), static_cast<long long>(o.parallel),
+               static_cast<long long>(o.gen.n_ctx * o.parallel));
 
   const int sig = signals.wait();
   if (n_ranks > 1 && signals.sender() != 0 && signals.sender() == getppid()) {
@@ -504,6 +528,21 @@ k3cli::Registrar reg(
       sub->add_option("--max-images", o->max_images, "images in one chat request (more: 413)")
           ->capture_default_str()
           ->check(CLI::PositiveNumber);
+      sub->add_option("--responses-store", o->responses_store,
+                      "POST /v1/responses answers kept in memory for previous_response_id (least recently "
+                      "used dropped first; 0 = none)")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber);
+      sub->add_option("--reasoning-format", o->reasoning_format,
+                      "where K3's reasoning goes (llama-server's flag): auto or deepseek = "
+                      "reasoning_content / reasoning items / thinking blocks, none = in the content text")
+          ->capture_default_str();
+      sub->add_option("--reasoning-budget", o->reasoning_budget,
+                      "-1 = thinking as the request says (on by default), 0 = thinking off unless a request "
+                      "turns it on (llama-server's flag; K3 has no other budget)")
+          ->capture_default_str();
+      sub->add_option("--log-format", o->log_format, "request log lines on stderr: text or json (one object a line)")
+          ->capture_default_str();
       sub->callback([o] { serve(*o); });
     });
 

@@ -36,6 +36,24 @@ void handle_slots_list(const ServeContext& ctx, const httplib::Request& req, htt
 /// corrupt file, 404 for a missing file.
 void handle_slot_action(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
 
+/// POST /v1/responses (OpenAI Responses API, agent_api.h): translated onto the chat request;
+/// a JSON response object, or with "stream": true its typed SSE events (`event: TYPE`).
+/// previous_response_id not in the store: 404 naming it.
+void handle_responses(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+/// POST /v1/messages (Anthropic Messages API, agent_api.h): a message object or its SSE events.
+void handle_messages(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+/// POST /v1/messages/count_tokens: {"input_tokens": N} of the rendered prompt.
+void handle_count_tokens(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+/// GET /props (llama-server): default_generation_settings {n_ctx, params}, total_slots, ...
+void handle_props(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+/// GET /version: {"version", "model", "created"}.
+void handle_version(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+/// POST /apply-template (llama-server): a chat body -> {"prompt": the rendered K3 prompt text}.
+void handle_apply_template(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+/// /v1/embeddings, /embedding(s), /infill, /v1/rerank, /rerank, /v1/reranking, /reranking:
+/// ApiError 404 saying K3 has no such head.
+void handle_no_head(const ServeContext& ctx, const httplib::Request& req, httplib::Response& res);
+
 /// ApiError 404 (param "model") unless `model` is empty or the served id.
 void check_model(const ServeContext& ctx, const std::string& model);
 

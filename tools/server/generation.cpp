@@ -21,7 +21,7 @@ GenerationResult drive_generation(const ServeContext& ctx, SeqHandle& h, OutputD
                                   bool want_logprobs, const EmitFn& emit, const std::function<bool()>& alive) {
   GenerationResult r;
   bool first = true;
-  std::chrono::steady_clock::time_point last;
+  std::chrono::steady_clock::time_point last, first_time;
   int64_t n_ids = 0;
   while (true) {
     std::optional<SeqEvent> e = h.next(std::chrono::milliseconds(100));
@@ -38,18 +38,31 @@ GenerationResult drive_generation(const ServeContext& ctx, SeqHandle& h, OutputD
       r.unavailable = e->unavailable;
       r.n_prompt = e->n_prompt;
       r.n_generated = r.stop_string ? n_ids : std::max<int64_t>(e->n_generated, n_ids);
+      if (!first) {
+        r.prompt_ms = 1e3 * seconds(first_time - h.submitted());
+        r.predicted_ms = 1e3 * seconds(e->time - first_time);
+      } else {
+        r.prompt_ms = 1e3 * seconds(e->time - h.submitted());
+      }
       r.draft_n = e->n_drafted;
       r.draft_n_accepted = e->n_draft_accepted;
       if (!first) ctx.metrics->observe_e2e(seconds(e->time - h.submitted()));
       break;
     }
     if (r.stop_string || r.client_gone) continue;  // draining after our cancel
-    if (first) ctx.metrics->observe_ttft(seconds(e->time - h.submitted()));
+    if (first) {
+      ctx.metrics->observe_ttft(seconds(e->time - h.submitted()));
+      first_time = e->time;
+    }
     else ctx.metrics->observe_itl(seconds(e->time - last));
     first = false;
     last = e->time;
     ++n_ids;
     StreamDelta d = dec.push(e->id);
+    if (ctx.defaults.reasoning_in_content && !d.reasoning.empty()) {  // --reasoning-format none
+      d.content = d.reasoning + d.content;
+      d.reasoning.clear();
+    }
     if (stops.active()) {
       d.content = stops.push(d.content);
       if (stops.matched()) {
@@ -81,8 +94,21 @@ GenerationResult drive_generation(const ServeContext& ctx, SeqHandle& h, OutputD
 }
 
 void add_draft_timings(const ServeContext& ctx, const GenerationResult& r, Json& j) {
-  if (!ctx.scheduler || !ctx.scheduler->options().speculation) return;
-  j["timings"] = {{"draft_n", r.draft_n}, {"draft_n_accepted", r.draft_n_accepted}};
+  auto per_token = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
+  auto per_second = [](double ms, int64_t n) { return ms > 0 ? 1e3 * static_cast<double>(n) / ms : 0.0; };
+  Json t{{"prompt_n", r.n_prompt},
+         {"prompt_ms", r.prompt_ms},
+         {"prompt_per_token_ms", per_token(r.prompt_ms, r.n_prompt)},
+         {"prompt_per_second", per_second(r.prompt_ms, r.n_prompt)},
+         {"predicted_n", r.n_generated},
+         {"predicted_ms", r.predicted_ms},
+         {"predicted_per_token_ms", per_token(r.predicted_ms, r.n_generated)},
+         {"predicted_per_second", per_second(r.predicted_ms, r.n_generated)}};
+  if (ctx.scheduler && ctx.scheduler->options().speculation) {
+    t["draft_n"] = r.draft_n;
+    t["draft_n_accepted"] = r.draft_n_accepted;
+  }
+  j["timings"] = std::move(t);
 }
 
 std::string finish_reason_of(const GenerationResult& r, bool has_tool_calls) {

@@ -30,6 +30,8 @@ struct GenerationResult {
   int64_t reasoning_tokens = 0;
   int64_t draft_n = 0;           ///< draft ids verified for this sequence (speculative decoding)
   int64_t draft_n_accepted = 0;  ///< of those, accepted
+  double prompt_ms = 0;          ///< submit -> first generated id (queue wait + prefill), ms
+  double predicted_ms = 0;       ///< first generated id -> done, ms
 };
 
 /// The error of a generation that ended with FinishReason::Error: 503 "The engine is
@@ -37,8 +39,11 @@ struct GenerationResult {
 /// "generation failed: ...".
 ApiError generation_error(const GenerationResult& r);
 
-/// With speculative decoding on (the scheduler has a drafter), adds llama-server's
-/// `"timings": {"draft_n": N, "draft_n_accepted": M}` to a final response object or chunk.
+/// Adds llama-server's `"timings"` to a final response object or chunk: prompt_n (prompt ids),
+/// prompt_ms (submit to the first generated id, queueing included), prompt_per_token_ms,
+/// prompt_per_second, predicted_n (generated ids), predicted_ms (first id to done),
+/// predicted_per_token_ms, predicted_per_second (rates 0 when the time or count is 0); with
+/// speculative decoding on (the scheduler has a drafter) also draft_n and draft_n_accepted.
 void add_draft_timings(const ServeContext& ctx, const GenerationResult& r, Json& j);
 
 /// Receives each non-empty delta with the logprobs of the ids it came from; returns false when

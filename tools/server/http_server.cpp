@@ -19,6 +19,7 @@
 #include "api_error.h"
 #include "core/error.h"
 #include "endpoints.h"
+#include "agent_api.h"
 #include "openai_response.h"
 #include "web_page.h"
 
@@ -27,7 +28,11 @@ namespace {
 
 using Handler = std::function<void(const ServeContext&, const httplib::Request&, httplib::Response&)>;
 
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, error_body(e), e.status()); }
+// Errors in the shape of the API the path belongs to: Anthropic's under /v1/messages, OpenAI's elsewhere.
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+  const bool anthropic = req.path.rfind("/v1/messages", 0) == 0;
+  send_json(res, anthropic ? anthropic_error_body(e) : error_body(e), e.status());
+}
 
 // Known routes and their method, for 405 and for the metrics' endpoint label.
 struct Route {
@@ -37,6 +42,8 @@ struct Route {
 constexpr Route kRoutes[] = {
     {"GET", "/health"},          {"GET", "/metrics"},   {"GET", "/v1/models"},   {"POST", "/v1/chat/completions"},
     {"POST", "/v1/completions"}, {"POST", "/tokenize"}, {"POST", "/detokenize"},
+    {"POST", "/v1/responses"},   {"POST", "/v1/messages"}, {"POST", "/v1/messages/count_tokens"},
+    {"GET", "/props"},           {"GET", "/version"},  {"POST", "/apply-template"},
 };
 
 std::string endpoint_label(const std::string& path) {
@@ -137,9 +144,9 @@ void HttpServer::setup_routes() {
         if (!accepting_.load()) throw ApiError(503, "The server is shutting down", "", "ServiceUnavailableError");
         h(*ctx, req, res);
       } catch (const ApiError& e) {
-        send_error(res, e);
+        send_error(req, res, e);
       } catch (const std::exception& e) {
-        send_error(res, ApiError(500, std::string("internal error: ") + e.what()));
+        send_error(req, res, ApiError(500, std::string("internal error: ") + e.what()));
       }
     };
   };
@@ -167,6 +174,17 @@ void HttpServer::setup_routes() {
   s.Post("/v1/completions", guarded(handle_completion));
   s.Post("/tokenize", guarded(handle_tokenize));
   s.Post("/detokenize", guarded(handle_detokenize));
+  s.Post("/v1/responses", guarded(handle_responses));
+  s.Post("/v1/messages", guarded(handle_messages));
+  s.Post("/v1/messages/count_tokens", guarded(handle_count_tokens));
+  s.Get("/props", guarded(handle_props));
+  s.Get("/version", guarded(handle_version));
+  s.Post("/apply-template", guarded(handle_apply_template));
+  for (const char* p : {"/v1/embeddings", "/embedding", "/embeddings", "/infill", "/v1/rerank", "/rerank",
+                        "/v1/reranking", "/reranking"}) {
+    s.Post(p, guarded(handle_no_head));
+    s.Get(p, guarded(handle_no_head));
+  }
   s.Get("/slots", guarded(handle_slots_list));
   s.Post(R"(/slots/(\d+))", guarded(handle_slot_action));
   // The chat page (tools/server/web): static, no key (its requests to /v1 carry the key).
@@ -182,7 +200,7 @@ void HttpServer::setup_routes() {
     const std::string method = r.method;
     auto not_allowed = [method](const httplib::Request& req, httplib::Response& res) {
       res.set_header("Allow", method);
-      send_error(res,
+      send_error(req, res,
                  ApiError(405, "Method " + req.method + " is not allowed on " + req.path + " (use " + method + ")"));
     };
     if (method != "GET") s.Get(r.path, not_allowed);
@@ -207,7 +225,7 @@ void HttpServer::setup_routes() {
         return httplib::Server::HandlerResponse::Handled;
       }
     } catch (const ApiError& e) {
-      send_error(res, e);  // an error status: httplib closes the connection, the body unread
+      send_error(req, res, e);  // an error status: httplib closes the connection, the body unread
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -217,7 +235,7 @@ void HttpServer::setup_routes() {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     const std::string timeout = GuardedHttpServer::timeout_reason();
     if (!timeout.empty() && (res.status == 400 || res.status == 408)) {
-      send_error(res, ApiError(408, "Request timeout: " + timeout));
+      send_error(req, res, ApiError(408, "Request timeout: " + timeout));
       return httplib::Server::HandlerResponse::Handled;
     }
     std::string msg;
@@ -229,10 +247,10 @@ void HttpServer::setup_routes() {
       case 400: msg = "Malformed HTTP request"; break;
       default: msg = "HTTP error " + std::to_string(res.status); break;
     }
-    send_error(res, ApiError(res.status, msg));
+    send_error(req, res, ApiError(res.status, msg));
     return httplib::Server::HandlerResponse::Handled;
   }));
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  s.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown exception";
     try {
       if (ep) std::rethrow_exception(ep);
@@ -240,7 +258,7 @@ void HttpServer::setup_routes() {
       what = e.what();
     } catch (...) {
     }
-    send_error(res, ApiError(500, "internal error: " + what));
+    send_error(req, res, ApiError(500, "internal error: " + what));
   });
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     const RequestLog& log = current_request_log();
@@ -248,6 +266,19 @@ void HttpServer::setup_routes() {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - req.start_time_).count();
     const ServeContext* ctx = ctx_.load();
     if (ctx) ctx->metrics->count_request(endpoint_label(req.path), res.status);
+    if (cfg_.log_json) {
+      const Json line{{"msg", "request"},
+                      {"method", req.method},
+                      {"path", req.path},
+                      {"status", res.status},
+                      {"prompt_tokens", std::max<int64_t>(log.prompt_tokens, 0)},
+                      {"generated_tokens", std::max<int64_t>(log.generated_tokens, 0)},
+                      {"ms", ms}};
+      // dump escapes control characters; invalid UTF-8 in the path becomes U+FFFD
+      std::fprintf(stderr, "%s\n", line.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
+      current_request_log() = RequestLog{};
+      return;
+    }
     std::fprintf(stderr, "k3 serve: %s %s %d | prompt %lld tok | gen %lld tok | %.1f ms\n",
                  escape_for_log(req.method).c_str(), escape_for_log(req.path).c_str(), res.status,
                  static_cast<long long>(std::max<int64_t>(log.prompt_tokens, 0)),

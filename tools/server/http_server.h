@@ -32,6 +32,7 @@ struct ServerConfig {
   int read_timeout_s = 30;                 ///< socket read timeout (slow or stalled clients)
   int write_timeout_s = 30;                ///< socket write timeout (a stalled stream is cancelled)
   ConnectionLimits limits;                 ///< connections overall / per client IP, header and body deadlines
+  bool log_json = false;                   ///< --log-format json: request log lines as JSON objects
 };
 
 class HttpServer {

@@ -323,6 +323,7 @@ ChatRequest parse_chat_request(const OJ& body, const RequestDefaults& d) {
   ChatRequest r;
   r.gen = parse_generation(body, d);
   r.gen.n = get_int(body, "n", 1, 16).value_or(1);
+  r.chat.thinking = d.thinking;
   r.messages = check_messages(body);
   if (auto lp = get_bool(body, "logprobs"); lp && *lp) {
     r.gen.top_logprobs = static_cast<int>(get_int(body, "top_logprobs", 0, 20).value_or(0));

@@ -23,6 +23,8 @@ struct RequestDefaults {
   bool seed_given = false;           ///< --seed was given: requests without "seed" use sampling.seed
   int64_t max_tokens = -1;           ///< -n; -1 = until a stop id or the context is full
   bool allow_forced_output = false;  ///< --test-forced-output: accept "k3_forced_output"
+  bool thinking = true;              ///< K3 thinking when a request does not say (--reasoning-budget 0: off)
+  bool reasoning_in_content = false;  ///< --reasoning-format none: reasoning text is sent as content
 };
 
 /// Fields common to both endpoints.
@@ -94,7 +96,8 @@ std::optional<std::string> map_reasoning_effort(const nlohmann::ordered_json& v,
 /// "strict"}}: a grammar constraint of the response channel), grammar (GBNF), logit_bias, n
 /// (1..16), an assistant's
 /// tool_calls[k].function.arguments string (JSON text nested at most kMaxJsonDepth levels), and
-/// the GenerationFields. Errors: ApiError(400) naming the field.
+/// the GenerationFields. chat.thinking starts as RequestDefaults::thinking (--reasoning-budget).
+/// Errors: ApiError(400) naming the field.
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
 
 /// Parses a completions body: prompt (string, list of ids, or a list of 1..16 strings or id

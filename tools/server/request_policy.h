@@ -14,7 +14,8 @@
 //      CORS response headers, and their preflight (OPTIONS with Access-Control-Request-Method)
 //      is answered 204 without a key.
 //   3. API key: with keys set (--api-key, repeatable, and --api-key-file), every path but
-//      /health, /metrics and the chat page's files needs `Authorization: Bearer KEY`. /metrics
+//      /health, /metrics and the chat page's files needs `Authorization: Bearer KEY` (or
+//      Anthropic's `x-api-key: KEY`). /metrics
 //      needs a --metrics-key when one is set (and then no API key opens it, so that API users do
 //      not read server-wide counters), else an API key when keys are set, else nothing. Keys are
 //      kept as SHA-256 digests and compared in constant time (CRYPTO_memcmp over digests: the
@@ -92,11 +93,16 @@ RequestHead request_head(const Req& r) {
     if (!r.has_header(name)) return std::nullopt;
     return r.get_header_value(name);
   };
+  // Anthropic clients send the key as `x-api-key: KEY`: it counts as `Authorization: Bearer KEY`
+  // when no Authorization header is present.
+  std::optional<std::string> authorization = get("Authorization");
+  if (!authorization)
+    if (std::optional<std::string> x = get("x-api-key")) authorization = "Bearer " + *x;
   return RequestHead{r.method,
                      r.path,
                      get("Host"),
                      get("Origin"),
-                     get("Authorization"),
+                     authorization,
                      get("Content-Type"),
                      get("Access-Control-Request-Method"),
                      get("Access-Control-Request-Headers")};

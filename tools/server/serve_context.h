@@ -87,6 +87,8 @@ class TokenizeBudget {
   int64_t used_ = 0;
 };
 
+class ResponseStore;  // agent_api.h
+
 struct ServeContext {
   const Tokenizer* tok = nullptr;
   Scheduler* scheduler = nullptr;
@@ -104,6 +106,7 @@ struct ServeContext {
   PrefixCache* cache = nullptr;  ///< the scheduler's prefix cache, or null (off)
   std::string slot_save_path;    ///< --slot-save-path: where /slots/{id}?action=save|restore files live ("" = off)
   std::string fingerprint;       ///< model_fingerprint(), written into saved slot files
+  ResponseStore* responses = nullptr;  ///< stored /v1/responses for previous_response_id (null: none)
   const PolicyConfig* policy = nullptr;  ///< keys and --cache-partition (null: no partitions)
   /// --max-tokenize-tokens: ids one /tokenize request may produce (more: 413); the server's
   /// /tokenize requests together reserve at most twice this (more: 429).

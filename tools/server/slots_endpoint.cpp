@@ -61,7 +61,7 @@ void handle_slot_action(const ServeContext& ctx, const httplib::Request& req, ht
     }
     if (action != "save" && action != "restore")
       throw bad_request("action", "action: expected save, restore or erase, found \"" + action + "\"");
-    const std::string name = checked_filename(parse_body(req.body));
+    const std::string name = checked_filename(req.body.empty() ? Json::object() : parse_body(req.body));
     const std::filesystem::path file = std::filesystem::path(ctx.slot_save_path) / name;
     if (action == "save") {
       const auto r = ctx.scheduler->save_slot(id, file, ctx.fingerprint);

@@ -18,7 +18,11 @@ std::string StopMatcher::push(const std::string& text) {
   held_ += text;
   if (stops_.empty()) return std::exchange(held_, {});
   std::size_t best = std::string::npos;
-  for (const auto& s : stops_) best = std::min(best, held_.find(s));
+  for (const auto& s : stops_)
+    if (const std::size_t at = held_.find(s); at < best) {
+      best = at;
+      matched_stop_ = s;
+    }
   if (best != std::string::npos) {
     matched_ = true;
     std::string out = held_.substr(0, best);

@@ -19,12 +19,15 @@ class StopMatcher {
   std::string flush();
   /// True once a stop string was found.
   bool matched() const { return matched_; }
+  /// The stop string that matched ("" before a match).
+  const std::string& matched_stop() const { return matched_stop_; }
   bool active() const { return !stops_.empty(); }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
   bool matched_ = false;
+  std::string matched_stop_;
 };
 
 }  // namespace k3::server

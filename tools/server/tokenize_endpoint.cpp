@@ -111,15 +111,30 @@ void handle_tokenize(const ServeContext& ctx, const httplib::Request& req, httpl
     ids = render_chat_request_images(ctx, cr, &images, /*encode=*/false);
     if (static_cast<int64_t>(ids.size()) > ctx.max_tokenize_tokens)
       throw too_many_tokens(ctx, "messages", "the rendered chat holds " + std::to_string(ids.size()));
-  } else if (body.contains("prompt")) {
-    if (!body["prompt"].is_string()) throw bad_request("prompt", "prompt: expected a string");
-    std::optional<std::vector<int32_t>> got = ctx.tok->encode_at_most(body["prompt"].get_ref<const std::string&>(),
+  } else if (body.contains("prompt") || body.contains("content")) {
+    // "content" is llama-server's name for the text, "prompt" vLLM's.
+    const char* key = body.contains("prompt") ? "prompt" : "content";
+    if (!body[key].is_string()) throw bad_request(key, std::string(key) + ": expected a string");
+    std::optional<std::vector<int32_t>> got = ctx.tok->encode_at_most(body[key].get_ref<const std::string&>(),
                                                                       static_cast<size_t>(ctx.max_tokenize_tokens));
     if (!got)
       throw too_many_tokens(ctx, "prompt", "the text holds more than " + std::to_string(ctx.max_tokenize_tokens));
     ids = std::move(*got);
   } else {
-    throw bad_request("prompt", "expected \"prompt\" (a string) or \"messages\" (a list)");
+    throw bad_request("prompt", "expected \"prompt\" or \"content\" (a string) or \"messages\" (a list)");
+  }
+  // llama-server's switches: add_special (K3 prompts carry no BOS or other added special, so
+  // true and false give the same ids) and with_pieces (tokens as [{"id", "piece"}]).
+  for (const char* k : {"add_special", "with_pieces", "parse_special"})
+    if (body.contains(k) && !body[k].is_boolean())
+      throw bad_request(k, std::string(k) + ": expected true or false, found " + body[k].dump());
+  if (body.contains("parse_special"))
+    throw bad_request("parse_special", "parse_special: not supported (text is encoded with specials disallowed)");
+  if (body.value("with_pieces", false)) {
+    Json toks = Json::array();
+    for (int32_t id : ids) toks.push_back(Json{{"id", id}, {"piece", tok::utf8_sanitize(ctx.tok->token_bytes(id))}});
+    send_json(res, Json{{"count", ids.size()}, {"max_model_len", ctx.n_ctx}, {"tokens", toks}, {"token_strs", nullptr}});
+    return;
   }
   // The body is written directly (no JSON tree of the ids: 16 bytes per id): the same bytes as
   // {"count", "max_model_len", "tokens", "token_strs": null} dumped by nlohmann::ordered_json.
@@ -150,7 +165,8 @@ void handle_detokenize(const ServeContext& ctx, const httplib::Request& req, htt
                                       std::to_string(ctx.tok->vocab_size()) + "), found " + t[i].dump());
     ids.push_back(static_cast<int32_t>(t[i].get<int64_t>()));
   }
-  send_json(res, Json{{"prompt", tok::utf8_sanitize(ctx.tok->decode(ids))}});
+  const std::string text = tok::utf8_sanitize(ctx.tok->decode(ids));
+  send_json(res, Json{{"prompt", text}, {"content", text}});  // vLLM's and llama-server's names
 }
 
 }  // namespace k3::server
