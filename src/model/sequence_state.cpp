@@ -29,6 +29,8 @@ SequenceState::Impl SequenceState::Impl::fresh(const ModelConfig& cfg, int rank,
     if (L.kind == AttnKind::KDA) {
       L.kda_dims = kda_dims_for(cfg, rank, ranks);
       L.kda = KdaState::zeros(L.kda_dims);
+      const KdaDims all = KdaDims::from(cfg);  // KdaState::zeros' sizes for every head
+      s.group_snapshot_floats += all.H * all.d * all.d + 3 * (all.K - 1) * all.C();
     } else {
       L.mla_dims = MlaDims::from(cfg);
     }
@@ -116,6 +118,8 @@ int64_t SequenceState::snapshot_floats() const {
     if (L.kind == AttnKind::KDA) n += static_cast<int64_t>(L.kda.S.size() + L.kda.conv.size());
   return n;
 }
+
+int64_t SequenceState::group_snapshot_floats() const { return state_impl(*this).group_snapshot_floats; }
 
 // The one packing of the KDA state: per KDA layer in layer order, S then the conv window.
 StateLog SequenceState::snapshot() const {

@@ -102,6 +102,9 @@ class SequenceState {
 
   /// Floats of one point of a StateLog of this state (Σ over KDA layers of S + conv).
   int64_t snapshot_floats() const;
+  /// snapshot_floats() of this state in one process: the sum over every rank's heads, the same
+  /// number on every rank of a group (budgets that must decide alike on all ranks count this).
+  int64_t group_snapshot_floats() const;
   /// The KDA state now, as a StateLog of one point at n_past().
   StateLog snapshot() const;
   /// Rolls the state back to position `n_past`, a point of `log` (first() <= n_past <=

@@ -30,6 +30,8 @@ struct SequenceState::Impl {
   /// The head split this state was laid out for (model/k3_model.h ModelShard): its KDA layers
   /// hold the heads split_range(H, ranks, rank) of every layer; one process: 0 of 1.
   int rank = 0, ranks = 1;
+  /// snapshot_floats() of the same state in one process (every rank's heads), set by fresh().
+  int64_t group_snapshot_floats = 0;
   bool failed = false;             ///< a forward threw mid-pass: the state is inconsistent and refused
   std::vector<LayerState> layers;  ///< [num_hidden_layers]
 

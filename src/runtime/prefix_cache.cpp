@@ -24,8 +24,11 @@ struct PrefixCache::Block {
   int64_t children = 0;      ///< cached blocks whose parent this is
   uint64_t tick = 0;         ///< last use (LRU)
   bool on_disk = false;      ///< the disk tier holds exactly this content
-  uint64_t bytes() const { return (mla.size() + kda.floats().size()) * 4 + ids.size() * 4 + sizeof(Block); }
 };
+
+uint64_t PrefixCache::accounted_bytes(const Block& b) const {
+  return (b.mla.size() + (b.kda.empty() ? 0 : group_snapshot_floats_)) * 4 + b.ids.size() * 4 + sizeof(Block);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Pin
@@ -71,6 +74,7 @@ PrefixCache::PrefixCache(const Model& model, std::string fingerprint, PrefixCach
   const SequenceState fresh = model_.new_sequence();
   block_mla_floats_ = static_cast<uint64_t>(opt_.block_tokens * fresh.mla_token_floats());
   snapshot_floats_ = static_cast<uint64_t>(fresh.snapshot_floats());
+  group_snapshot_floats_ = static_cast<uint64_t>(fresh.group_snapshot_floats());
   if (opt_.snapshot_every > 0) {
     snapshot_every_ = opt_.snapshot_every;
   } else {
@@ -78,7 +82,7 @@ PrefixCache::PrefixCache(const Model& model, std::string fingerprint, PrefixCach
     // unification); models without MLA layers snapshot every block.
     snapshot_every_ = block_mla_floats_ == 0
                           ? 1
-                          : std::max<int64_t>(1, static_cast<int64_t>((snapshot_floats_ + block_mla_floats_ - 1) /
+                          : std::max<int64_t>(1, static_cast<int64_t>((group_snapshot_floats_ + block_mla_floats_ - 1) /
                                                                       block_mla_floats_));
   }
   if (!opt_.disk_dir.empty())
@@ -167,7 +171,7 @@ void PrefixCache::evict_to_budget_locked(uint64_t incoming) {
     if (disk_ && (!victim->on_disk || !disk_->contains(victim->key))) write_to_disk_locked(*victim);
     auto p = blocks_.find(victim->parent);
     if (p != blocks_.end()) --p->second->children;
-    stats_.ram_bytes -= victim->bytes();
+    stats_.ram_bytes -= accounted_bytes(*victim);
     --stats_.ram_blocks;
     if (!victim->kda.empty()) --stats_.ram_snapshots;
     ++stats_.evictions;
@@ -178,7 +182,7 @@ void PrefixCache::evict_to_budget_locked(uint64_t incoming) {
 void PrefixCache::insert_locked(std::unique_ptr<Block> b) {
   auto p = blocks_.find(b->parent);
   if (p != blocks_.end()) ++p->second->children;
-  stats_.ram_bytes += b->bytes();
+  stats_.ram_bytes += accounted_bytes(*b);
   ++stats_.ram_blocks;
   if (!b->kda.empty()) ++stats_.ram_snapshots;
   touch_locked(*b);
@@ -212,8 +216,8 @@ PrefixCache::Block* PrefixCache::find_locked(uint64_t key, uint64_t parent, std:
     return nullptr;
   }
   if (!same(*b)) return nullptr;
-  evict_to_budget_locked(b->bytes());
-  if (stats_.ram_bytes + b->bytes() > opt_.ram_bytes) return nullptr;
+  evict_to_budget_locked(accounted_bytes(*b));
+  if (stats_.ram_bytes + accounted_bytes(*b) > opt_.ram_bytes) return nullptr;
   ++stats_.disk_reads;
   Block* raw = b.get();
   insert_locked(std::move(b));
@@ -345,8 +349,8 @@ void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const Se
         nbk->ids.assign(bid.begin(), bid.end());
         nbk->mla.reserve(block_mla_floats_);
         seq.copy_mla_rows(b * B, (b + 1) * B, nbk->mla);
-        evict_to_budget_locked(nbk->bytes());
-        if (stats_.ram_bytes + nbk->bytes() > opt_.ram_bytes) {
+        evict_to_budget_locked(accounted_bytes(*nbk));
+        if (stats_.ram_bytes + accounted_bytes(*nbk) > opt_.ram_bytes) {
           complete = false;  // does not fit the budget: stop here (children would be unreachable)
           break;
         }
@@ -362,7 +366,7 @@ void PrefixCache::store(std::span<const int32_t> ids, int64_t n_prompt, const Se
     if (complete && snapshot_here) {
       Block& last = *walk.back();
       if (last.kda.empty()) {
-        const uint64_t extra = snapshot_floats_ * 4;
+        const uint64_t extra = group_snapshot_floats_ * 4;
         evict_to_budget_locked(extra);
         if (stats_.ram_bytes + extra <= opt_.ram_bytes) {
           last.kda = seq.snapshot();

@@ -152,8 +152,11 @@ class PrefixCache {
   const PrefixCacheOptions& options() const { return opt_; }
   /// The snapshot interval in effect (blocks).
   int64_t snapshot_every() const { return snapshot_every_; }
-  /// Bytes of one KDA snapshot and of one block's MLA rows for this model.
-  uint64_t snapshot_bytes() const { return snapshot_floats_ * 4; }
+  /// Bytes of one KDA snapshot and of one block's MLA rows for this model, as the RAM budget
+  /// counts them. Under N ranks a snapshot counts its one-process bytes (every rank's heads,
+  /// SequenceState::group_snapshot_floats), so that every rank of a group picks the same
+  /// snapshot interval and evicts the same blocks; a rank holds only its heads' share.
+  uint64_t snapshot_bytes() const { return group_snapshot_floats_ * 4; }
   uint64_t block_mla_bytes() const { return block_mla_floats_ * 4; }
   const std::string& fingerprint() const { return fingerprint_; }
 
@@ -164,6 +167,8 @@ class PrefixCache {
   /// Points `pin` at this cache; a pin of an older clear() generation drops its stale keys.
   void adopt_locked(Pin& pin);
   void evict_to_budget_locked(uint64_t incoming);
+  /// Bytes of `b` as the RAM budget counts them (snapshot_bytes() for its KDA snapshot).
+  uint64_t accounted_bytes(const Block& b) const;
   void touch_locked(Block& b);
   uint64_t block_key(uint64_t parent, std::span<const int32_t> ids) const;
   /// The parent a block at index b is keyed under: `parent` itself when no image overlaps the
@@ -181,7 +186,8 @@ class PrefixCache {
   uint64_t fp_hash_ = 0;
   PrefixCacheOptions opt_;
   int64_t snapshot_every_ = 1;
-  uint64_t block_mla_floats_ = 0, snapshot_floats_ = 0;
+  uint64_t block_mla_floats_ = 0, snapshot_floats_ = 0;  ///< this rank's floats per block / snapshot
+  uint64_t group_snapshot_floats_ = 0;                    ///< one process's floats per snapshot
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Block>> blocks_;
   uint64_t tick_ = 0;

@@ -251,7 +251,7 @@ class Scheduler {
   /// Drops slot `id`'s kept state. Errors: id out of range, keep_slot_states off.
   SlotFileResult erase_slot(int64_t id);
   // Under Options::group (N ranks) on rank 0, save_slot / restore_slot / erase_slot run on every
-  // rank at the next engine step (rank r > 0 with its part in the file step_plan.h rank_file
+  // rank at the next engine step (rank r > 0 with its part in the file Model::state_file
   // names) and return when all ranks are done; a failure on any rank is the error, naming the
   // rank (a restore that failed on some ranks only leaves the slot keeping nothing on all).
 

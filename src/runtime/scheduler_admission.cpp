@@ -195,11 +195,10 @@ Scheduler::SlotFileResult Scheduler::run_slot_op(int kind, int64_t id, const std
                                                  const std::string& fingerprint) {
   SlotFileResult r;
   std::string err;
-  const int rank = grouped() ? opt_.group->rank() : 0;
   try {
     switch (kind) {
-      case StepPlan::SlotOp::Save: r = save_slot_here(id, rank_file(file, rank), fingerprint); break;
-      case StepPlan::SlotOp::Restore: r = restore_slot_here(id, rank_file(file, rank), fingerprint); break;
+      case StepPlan::SlotOp::Save: r = save_slot_here(id, model_.state_file(file), fingerprint); break;
+      case StepPlan::SlotOp::Restore: r = restore_slot_here(id, model_.state_file(file), fingerprint); break;
       default: r = erase_slot_here(id); break;
     }
   } catch (const std::exception& ex) {
@@ -269,7 +268,7 @@ Scheduler::SlotFileResult Scheduler::restore_slot_here(int64_t id, const std::fi
   if (!opt_.keep_slot_states) throw Error("slot states are not kept (start the server with --slot-save-path)");
   Timer t;
   SequenceFileMeta meta;
-  SequenceState st = SequenceState::load(file, model_.config(), &meta, fingerprint);
+  SequenceState st = model_.load_sequence(file, &meta, fingerprint);
   if (static_cast<int64_t>(meta.ids.size()) != st.n_past())
     throw Error("sequence state '" + file.string() + "': holds no token ids (not saved by a slot or `k3 run`)");
   if (st.n_past() >= opt_.n_ctx)

@@ -150,8 +150,4 @@ void broadcast_plan(Comm& comm, StepPlan& p) {
   p = decode_plan(bytes);
 }
 
-std::string rank_file(const std::string& file, int rank) {
-  return rank == 0 ? file : file + ".rank" + std::to_string(rank);
-}
-
 }  // namespace k3

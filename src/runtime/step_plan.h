@@ -44,8 +44,5 @@ StepPlan decode_plan(std::span<const uint8_t> bytes);
 /// other ranks `p` is replaced. Errors: the communicator's; decode_plan's.
 void broadcast_plan(Comm& comm, StepPlan& p);
 
-/// The file of rank `rank`'s part of a slot state saved as `file` under N ranks: `file` on rank
-/// 0, `file` + ".rank<r>" on the others.
-std::string rank_file(const std::string& file, int rank);
 
 }  // namespace k3

@@ -340,7 +340,7 @@ class Cases:
         self.serve_equal(self.tiny("few_experts"), 4)
 
     def case_serve_slots_np2(self):
-        """/slots save under 2 ranks writes FILE (rank 0) and FILE.rank1; after erase and restore
+        """/slots save under 2 ranks writes FILE (rank 0) and FILE.rank1of2; after erase and restore
         (every rank its own part) a request extending the kept prompt equals one process's."""
         import urllib.request
         slots = os.path.join(self.work, f"slots-{os.getpid()}")
@@ -364,7 +364,7 @@ class Cases:
             self.completions(many, [base])
             st, r = post(many, "/slots/0?action=save", {"filename": "s.bin"})
             assert st == 200, r
-            assert os.path.exists(os.path.join(slots, "s.bin")) and os.path.exists(os.path.join(slots, "s.bin.rank1"))
+            assert os.path.exists(os.path.join(slots, "s.bin")) and os.path.exists(os.path.join(slots, "s.bin.rank1of2"))
             assert post(many, "/slots/0?action=erase", {})[0] == 200
             st, r = post(many, "/slots/0?action=restore", {"filename": "s.bin"})
             assert st == 200 and r.get("n_restored", r.get("n_tokens", 1)) > 0, r

@@ -94,8 +94,6 @@ TEST(StepPlan, BroadcastInOneProcessKeepsThePlan) {
   k3::broadcast_plan(one, p);
   EXPECT_EQ(p.admit.size(), 2u);
   EXPECT_EQ(p.cancel, (std::vector<int64_t>{0, 3}));
-  EXPECT_EQ(k3::rank_file("a.bin", 0), "a.bin");
-  EXPECT_EQ(k3::rank_file("a.bin", 3), "a.bin.rank3");
 }
 
 }  // namespace

@@ -120,7 +120,9 @@ TEST(ResponsesTranslate, ReasoningEffortTable) {
   EXPECT_EQ(effort("minimal"), "low");
   EXPECT_EQ(effort("low"), "low");
   EXPECT_EQ(effort("medium"), "high");
-  EXPECT_EQ(effort("high"), "max");
+  EXPECT_EQ(effort("high"), "high");
+  EXPECT_EQ(effort("xhigh"), "max");
+  EXPECT_EQ(effort("max"), "max");
   EXPECT_EQ(error_param([] {
               k3::server::translate_responses_request(responses(R"(,"reasoning":{"effort":"huge"})"), Json::array());
             }),

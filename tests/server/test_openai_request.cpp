@@ -121,7 +121,7 @@ TEST(OpenAIRequest, EveryMalformedFieldIsA400NamingIt) {
   expect_400(chat(R"(,"stop":5)"), "stop", "stop");
   expect_400(chat(R"(,"top_logprobs":3)"), "top_logprobs", "requires \"logprobs\": true");
   expect_400(chat(R"(,"logprobs":true,"top_logprobs":21)"), "top_logprobs", "top_logprobs");
-  expect_400(chat(R"(,"reasoning_effort":"extreme")"), "reasoning_effort", "\"medium\", \"high\" or \"max\"");
+  expect_400(chat(R"(,"reasoning_effort":"extreme")"), "reasoning_effort", "\"medium\", \"high\", \"xhigh\" or \"max\"");
   expect_400(chat(R"(,"chat_template_kwargs":{"thinking":"no"})"), "chat_template_kwargs", "thinking");
   expect_400(chat(R"(,"tools":{"a":1})"), "tools", "tools: expected a list");
   expect_400(chat(R"(,"tools":[{"type":"function","function":{}}])"), "tools", "tools[0].function.name");

@@ -198,7 +198,7 @@ void run(const ChatCliOptions& o) {
   // Under N ranks every rank runs this loop: rank 0 reads each line from stdin and broadcasts
   // it (k3cli::share_line), every rank then makes the same decisions and the same forwards, and
   // rank 0 alone prints. Each rank saves and loads its own part of a state (--state-save FILE:
-  // FILE on rank 0, FILE.rank<r> on rank r).
+  // FILE on rank 0, FILE.rank<r>of<N> on rank r: Model::state_file).
   const int n_ranks = k3cli::world()->size();
   const int rank = k3cli::world()->rank();
   if (o.effort != "low" && o.effort != "high" && o.effort != "max")
@@ -233,7 +233,7 @@ void run(const ChatCliOptions& o) {
   if (!o.state_load.empty()) {
     if (!o.system.empty()) throw k3::Error("--system: the conversation comes from --state-load; give one of them");
     k3::SequenceFileMeta meta;
-    resume = k3::SequenceState::load(k3::rank_file(o.state_load, rank), lm.model->config(), &meta, fingerprint);
+    resume = lm.model->load_sequence(lm.model->state_file(o.state_load), &meta, fingerprint);
     resume_ids = meta.ids;
     k3cli::check_same_input({resume_ids}, "saved-state ids (--state-load)");
     const nlohmann::ordered_json extra =
@@ -494,7 +494,7 @@ void run(const ChatCliOptions& o) {
       meta.ids = prompt;
       meta.extra_json = nlohmann::ordered_json({{"messages", messages}}).dump();
       try {
-        at_prompt.save(k3::rank_file(o.state_save, rank), meta);  // written to a temporary file, then renamed onto the name
+        at_prompt.save(lm.model->state_file(o.state_save), meta);  // written to a temporary file, then renamed onto the name
       } catch (const k3::Error& e) {
         throw k3::Error(std::string("--state-save: ") + e.what());
       }

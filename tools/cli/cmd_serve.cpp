@@ -371,7 +371,6 @@ void serve(const ServeOptions& o) {
   ctx.image_parts.max_bytes = o.max_image_bytes;
   ctx.image_parts.max_images = o.max_images;
   ctx.hidden_size = lm.model->config().hidden_size;
-  ctx.ranks = lm.model->comm().size();
   // Structured outputs (response_format, grammar): one compiler for the tokenizer, its cache
   // shared by the requests; a constrained answer ends on the model's stop ids.
   const k3::ConstraintCompiler constraints(*lm.tokenizer, lm.stop_ids(), 1);

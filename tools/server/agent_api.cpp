@@ -56,11 +56,10 @@ std::string responses_text(const Json& c, const std::string& w) {
   return out;
 }
 
+// K3's effort for an OpenAI effort other than "none": the one table of Chat Completions'
+// reasoning_effort (map_reasoning_effort).
 std::string k3_effort(const std::string& e, const std::string& param) {
-  if (e == "minimal" || e == "low") return "low";
-  if (e == "medium") return "high";
-  if (e == "high" || e == "xhigh") return "max";
-  throw bad_request(param, param + ": expected none, minimal, low, medium, high or xhigh, found \"" + e + "\"");
+  return map_reasoning_effort(nlohmann::ordered_json(e), param).value_or("low");
 }
 
 Json translate_tools_responses(const Json& tools) {

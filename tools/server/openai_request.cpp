@@ -311,10 +311,10 @@ std::optional<std::string> map_reasoning_effort(const OJ& v, const std::string& 
     const std::string e = v.get<std::string>();
     if (e == "minimal" || e == "low") return std::string("low");
     if (e == "medium" || e == "high") return std::string("high");
-    if (e == "max") return std::string("max");
+    if (e == "xhigh" || e == "max") return std::string("max");
     if (e == "none") return std::nullopt;
   }
-  throw bad_request(param, param + ": expected \"none\", \"minimal\", \"low\", \"medium\", \"high\" or \"max\", found " +
+  throw bad_request(param, param + ": expected \"none\", \"minimal\", \"low\", \"medium\", \"high\", \"xhigh\" or \"max\", found " +
                                shown(v));
 }
 

@@ -96,8 +96,8 @@ struct ServeContext {
   int64_t n_ctx = 0;              ///< context per sequence (prompt + generated)
   /// Ranks the model runs on (`mpirun -np N k3 serve`; rank 0 serves HTTP). Requests the
   /// engine cannot run across ranks are refused with 400 naming the limitation while N > 1:
-  /// images (an image_url part needs the vision tower, which runs as one process) must check
-  /// this field where the request is translated.
+  /// images (an image_url part needs the vision tower, which runs as one process; checked in
+  /// render_chat_request_images).
   int n_ranks = 1;
   std::string model_id;           ///< --alias
   RequestDefaults defaults;
@@ -115,13 +115,12 @@ struct ServeContext {
   /// Images of chat requests (image_parts.h; runtime/image_prompt.h runs the tower): the
   /// checkpoint's tower (null: text-only, images refused), its preprocessing, the decoder's
   /// limits (--max-image-pixels), the request limits (--max-image-bytes, --max-images), the text
-  /// model's hidden_size and the number of ranks (images are refused under more than one).
+  /// model's hidden_size.
   const vision::VisionTower* vision = nullptr;
   vision::ImagePreprocessConfig image_config;
   vision::ImageLimits image_limits;
   ImagePartLimits image_parts;
   int64_t hidden_size = 0;
-  int ranks = 1;
   /// Compiles response_format / grammar constraints (null: such requests get a 400).
   const ConstraintCompiler* constraints = nullptr;
 };

@@ -35,9 +35,9 @@ std::vector<int32_t> render_chat_request_images(const ServeContext& ctx, ChatReq
     throw bad_request("messages", bytes[0].name +
                                       ": this model has no vision tower (a text-only checkpoint), so it cannot take "
                                       "images; send text only");
-  if (ctx.ranks > 1)
+  if (ctx.n_ranks > 1)
     throw bad_request("messages", bytes[0].name + ": images are not supported yet when k3 serve runs on " +
-                                      std::to_string(ctx.ranks) + " MPI ranks (run it as one process)");
+                                      std::to_string(ctx.n_ranks) + " MPI ranks (run it as one process)");
   try {
     auto ip = std::make_shared<ImagePrompt>(image_prompt_from_bytes(*ctx.tok, ctx.vision, ctx.hidden_size, cr.messages,
                                                                     cr.chat, bytes, ctx.image_config, ctx.image_limits,
