@@ -21,10 +21,13 @@ protocol's costs, not a speed-up.
 
 The projection (a model, not a measurement): a decode step of full K3 on N nodes takes
   t = max-rank weight bytes / node read bandwidth  +  C * alpha * ceil(log2 N)  +  B / link bandwidth
-with C = the collectives per token (the MoE layers' all-gathers + the logits all-gather, counted
-here and scaled from the bench model's MoE layers to K3's 92), B = the bytes a rank sends per
-token (the measured per-MoE-layer bytes scaled the same way, plus K3's 163,840-row logits slice),
-alpha the link's per-message latency. One node's ceiling is node bandwidth / full-K3 bytes per
+with C = the collectives per token (per layer: the head outputs' and the hidden block's
+all-gathers of the attention, the MLP's intermediate and hidden-block all-gathers and the routed
+experts' all-gather; plus the logits all-gather), counted on the bench model and scaled from its
+layers to K3's 93, B = the bytes a rank sends per token (the measured per-layer bytes scaled the
+same way, plus K3's 163,840-row logits slice), alpha the link's per-message latency. Every
+weight is split over the N nodes (tensor + expert parallel), so a node reads 1/N of the trunk
+and its experts (times the routing's imbalance). One node's ceiling is node bandwidth / full-K3 bytes per
 token, if the model fitted.
 """
 from __future__ import annotations
@@ -42,7 +45,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K3 = os.path.join(ROOT, "build", "tools", "cli", "k3")
 
 # Full K3 (spec distributed.md §2): bytes per decoded token are the bench's k3_full figure.
-K3_MOE_LAYERS, K3_VOCAB = 92, 163840
+K3_LAYERS, K3_VOCAB = 93, 163840
 K3_EXPERT_BYTES, K3_TRUNK_BYTES = 1.45e12, 0.110e12  # MXFP4 routed experts, BF16 trunk (+ lm_head)
 # Read per decoded token at batch 1 (spec distributed.md §3.1): every trunk weight but the
 # embedding, and 16 routed experts per MoE layer.
@@ -111,34 +114,33 @@ def run_serve(model: str, n: int, streams: int, a) -> str:
 
 def project(results: dict, node_gbs: float) -> str:
     """The full-K3 cluster table from the measured per-token counts (see the module doc)."""
-    lines = ["| nodes | network | layout | weights per node | read per node per token (busiest) | "
-             "MPI per token | step time | tokens/s |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| nodes | network | weights per node | read per node per token (busiest) | "
+             "MPI per token | step time | tokens/s |", "|---|---|---|---|---|---|---|"]
     base = results.get("2") or next(v for k, v in results.items() if k != "1")
-    n_moe_bench, v_bench, n_b = base["n_moe_layers"], base["vocab"], base["ranks"]["n"]
+    n_layers_b, v_bench, n_b = base["n_layers"], base["vocab"], base["ranks"]["n"]
     per_tok = base["ranks"]["rank0_per_decode_token"]
     logits_b = 4.0 * v_bench / n_b * (n_b - 1)  # rank 0's logits slice, to each other rank
-    # one MoE layer's all-gather: rank 0's piece of the latent (per destination), scaled by N - 1 below
-    moe_piece = max(0.0, per_tok["bytes_sent"] - logits_b) / max(1, n_moe_bench) / max(1, n_b - 1) * n_b
-    coll_per_layer = max(0.0, per_tok["collectives"] - 1) / max(1, n_moe_bench)
+    # An all-gather of a vector of X bytes costs each rank X (N - 1) / N sent: X per layer, from
+    # the measured bytes less the logits (the bench model has K3's widths, so a layer's vectors
+    # are K3's; its layer mix is averaged).
+    x_layer = max(0.0, per_tok["bytes_sent"] - logits_b) / n_layers_b / ((n_b - 1) / n_b)
+    coll_per_layer = max(0.0, per_tok["collectives"] - 1) / n_layers_b
     for name, n, ram in CLUSTERS:
         imbalance = IMBALANCE[n]
-        coll = coll_per_layer * K3_MOE_LAYERS + 1
-        sent = moe_piece / n * (n - 1) * K3_MOE_LAYERS + 4.0 * K3_VOCAB / n * (n - 1)
-        for layout, held, read in [
-                ("EP (this tree: trunk on every node)", K3_TRUNK_BYTES + K3_EXPERT_BYTES / n,
-                 K3_TRUNK_TOKEN + K3_EXPERT_TOKEN / n * imbalance),
-                ("TEP (heads split too)", (K3_TRUNK_BYTES + K3_EXPERT_BYTES) / n,
-                 K3_TRUNK_TOKEN / n + K3_EXPERT_TOKEN / n * imbalance)]:
-            fits = "fits" if held < 0.9 * ram else "does not fit"
-            for net, bw, alpha in NETWORKS:
-                t_mem = read / (node_gbs * 1e9)
-                t_mpi = coll * alpha * math.ceil(math.log2(n)) + sent / bw
-                t = t_mem + t_mpi
-                lines.append(f"| {name} | {net} | {layout} | {held / 1e9:.0f} GB ({fits}) | {read / 1e9:.1f} GB | "
-                             f"{coll:.0f} coll., {sent / 1e6:.2f} MB, {1e3 * t_mpi:.2f} ms | {1e3 * t:.0f} ms | "
-                             f"{1 / t:.2f} |")
+        coll = coll_per_layer * K3_LAYERS + 1
+        sent = x_layer * K3_LAYERS * (n - 1) / n + 4.0 * K3_VOCAB / n * (n - 1)
+        held = (K3_TRUNK_BYTES + K3_EXPERT_BYTES) / n
+        read = K3_TRUNK_TOKEN / n + K3_EXPERT_TOKEN / n * imbalance
+        fits = "fits" if held < 0.9 * ram else "does not fit"
+        for net, bw, alpha in NETWORKS:
+            t_mem = read / (node_gbs * 1e9)
+            t_mpi = coll * alpha * math.ceil(math.log2(n)) + sent / bw
+            t = t_mem + t_mpi
+            lines.append(f"| {name} | {net} | {held / 1e9:.0f} GB ({fits}) | {read / 1e9:.1f} GB | "
+                         f"{coll:.0f} coll., {sent / 1e6:.2f} MB, {1e3 * t_mpi:.2f} ms | {1e3 * t:.0f} ms | "
+                         f"{1 / t:.2f} |")
     one = K3_TRUNK_TOKEN + K3_EXPERT_TOKEN
-    lines.append(f"| 1 node (ceiling if it fitted) | - | - | {(K3_TRUNK_BYTES + K3_EXPERT_BYTES) / 1e12:.2f} TB | "
+    lines.append(f"| 1 node (ceiling if it fitted) | - | {(K3_TRUNK_BYTES + K3_EXPERT_BYTES) / 1e12:.2f} TB | "
                  f"{one / 1e9:.1f} GB | - | {1e3 * one / (node_gbs * 1e9):.0f} ms | {node_gbs * 1e9 / one:.2f} |")
     return "\n".join(lines)
 
@@ -170,7 +172,7 @@ def main() -> int:
         j = run_bench(a.model, n, a)
         cfg = json.load(open(os.path.join(a.model, "config.json")))
         cfg = cfg.get("text_config", cfg)
-        j["n_moe_layers"] = sum(1 for i in range(cfg["num_hidden_layers"]) if i >= cfg.get("first_k_dense_replace", 1))
+        j["n_layers"] = cfg["num_hidden_layers"]
         j["vocab"] = cfg["vocab_size"]
         results[str(n)] = j
         held = j["held_mb"] or [0.0]

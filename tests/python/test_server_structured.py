@@ -1,7 +1,9 @@
 """Structured outputs of `k3 serve` on models/k3-mini through the official `openai` client:
 response_format json_schema (every sampled output at temperature 1 validates with `jsonschema`),
 json_object, a GBNF `grammar`, logit_bias, constrained decoding under speculative decoding (greedy
-output equal with and without a draft model), and the 400s: every unknown or unsupported field,
+output equal with and without a draft model), the same constraints reached through the Responses
+API (text.format, tool_choice) and the Messages API (`anthropic` client, tool_choice any / tool), and
+the 400s: every unknown or unsupported field,
 malformed, contradictory, unsupported and oversized schemas and grammars (each answered quickly).
 
 Thinking is off in the sampled tests: K3-mini's reasoning rarely closes within a small max_tokens,
@@ -305,3 +307,40 @@ def test_completions_with_a_list_of_prompts(server):
     with pytest.raises(openai.BadRequestError) as e:
         cl.completions.create(model="k3-mini", prompt=["a"] * 17, max_tokens=2)
     assert e.value.body["param"] == "prompt"
+
+
+def test_responses_and_messages_apis_are_constrained_too(server):
+    """The Responses API's text.format json_schema and tool_choice, and the Messages API's
+    tool_choice any / tool, translate onto the chat path's constraints: every sampled output at
+    temperature 1 validates (the official `openai` and `anthropic` clients)."""
+    import anthropic  # tools/requirements.txt
+    cl = server.client()
+    fmt = {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}
+    for i in range(4):
+        r = cl.responses.create(model="k3-mini", input="Describe a person of the Bible as JSON.", text={"format": fmt},
+                                max_output_tokens=160, temperature=1.0, reasoning={"effort": "none"},
+                                extra_body={"seed": 300 + i})
+        assert r.status == "completed", (r.status, r.output_text)
+        jsonschema.validate(json.loads(r.output_text), PERSON)
+    rtools = [{"type": "function", "name": t["function"]["name"], "description": t["function"]["description"],
+               "parameters": t["function"]["parameters"]} for t in TOOLS]
+    for choice in ("required", {"type": "function", "name": "add"}):
+        r = cl.responses.create(model="k3-mini", input="What is the weather in Jerusalem?", tools=rtools,
+                                tool_choice=choice, max_output_tokens=120, temperature=1.0, reasoning={"effort": "none"})
+        calls = [o for o in r.output if o.type == "function_call"]
+        assert len(calls) == 1, r.output
+        if choice != "required":
+            assert calls[0].name == "add"
+        jsonschema.validate(json.loads(calls[0].arguments), SCHEMAS[calls[0].name])
+    an = anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=0, timeout=60)
+    atools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+               "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"}):
+        m = an.messages.create(model="k3-mini", max_tokens=120, tools=atools, tool_choice=choice,
+                               extra_body={"temperature": 1.0},
+                               messages=[{"role": "user", "content": "What is the weather in Jerusalem?"}])
+        uses = [b for b in m.content if b.type == "tool_use"]
+        assert m.stop_reason == "tool_use" and len(uses) == 1, m.content
+        if choice["type"] == "tool":
+            assert uses[0].name == "get_weather"
+        jsonschema.validate(uses[0].input, SCHEMAS[uses[0].name])
