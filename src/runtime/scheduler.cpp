@@ -315,8 +315,17 @@ void Scheduler::follower_loop() {
       } catch (const std::exception&) {  // rank 0 answers the request with the error
       }
     }
-    for (SeqRequest& r : plan.admit)
+    for (SeqRequest& r : plan.admit) {
+      if (!r.constraint_spec.empty()) {
+        try {
+          if (opt_.constraints == nullptr) throw Error("this rank has no constraint compiler");
+          r.constraint = opt_.constraints->compile(r.constraint_spec);
+        } catch (const std::exception& ex) {
+          group_fail(std::string("scheduler: compiling a request's constraint: ") + ex.what());
+        }
+      }
       admit(Pending{std::move(r), std::make_shared<SeqHandle>(std::chrono::steady_clock::now())}, slots);
+    }
     {
       std::lock_guard<std::mutex> lk(mu_);
       stats_.running = static_cast<int64_t>(slots.size());

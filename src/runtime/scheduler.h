@@ -72,6 +72,9 @@ struct SeqRequest {
   /// Grammar constraint of the output (ConstraintCompiler::compile; null = none): every step's
   /// logits are masked to the ids it allows, drafts included (runtime/grammar_constraint.h).
   std::shared_ptr<const CompiledConstraint> constraint;
+  /// The spec `constraint` was compiled from (empty with no constraint): the step plan carries
+  /// it to the other ranks of a group, which compile it with Options::constraints.
+  ConstraintSpec constraint_spec;
 };
 
 /// Why a sequence ended.
@@ -200,7 +203,8 @@ class Scheduler {
     /// admitted requests, the cancelled slot ids, /slots commands, the stop); the other ranks'
     /// engines execute the plans (their submit() is not called) until rank 0's stops, running
     /// the same admissions, prefix-cache lookups and stores, drafts, forwards (with their
-    /// collectives), samplers and rollbacks on their own part of each state. Before each
+    /// collectives), samplers (logit_bias and the grammar constraint included) and rollbacks on their own part
+    /// of each state. Before each
     /// forward the ranks compare a hash of the batch (one all-gather of 8 bytes); a difference,
     /// or an error inside the forward, ends the whole group (Comm::abort(1)), since a rank that
     /// left the common sequence of collectives would leave the others waiting.
@@ -208,6 +212,10 @@ class Scheduler {
     /// Options::group: called with the reason (on the engine thread) just before the group
     /// ends (Comm::abort), e.g. to answer the running requests with an error; may be empty.
     std::function<void(const std::string&)> group_failed;
+    /// Options::group, ranks other than 0: compiles the constraint specs of the admitted
+    /// requests (SeqRequest::constraint_spec; the same tokenizer and stop ids as rank 0's
+    /// compiler). Null: a constrained request in a plan ends the group with an error.
+    const ConstraintCompiler* constraints = nullptr;
   };
 
   /// What save_slot() / restore_slot() / erase_slot() did.

@@ -84,6 +84,15 @@ std::vector<uint8_t> encode_plan(const StepPlan& p) {
     w.ids(r.forced_ids);
     w.pod<uint8_t>(r.speculative ? 1 : 0);
     w.pod(r.cache_partition);
+    w.pod<uint64_t>(s.logit_bias.size());
+    for (const auto& [id, bias] : s.logit_bias) w.pod(id), w.pod(bias);
+    const ConstraintSpec& c = r.constraint_spec;
+    w.pod<uint8_t>(static_cast<uint8_t>(c.kind));
+    w.str(c.text);
+    w.pod<uint64_t>(c.tools.size());
+    for (const ConstraintSpec::Tool& t : c.tools) w.str(t.name), w.str(t.parameters);
+    w.pod<uint8_t>(c.strict ? 1 : 0);
+    w.pod<uint8_t>(c.after_think ? 1 : 0);
   }
   w.pod<uint64_t>(p.cancel.size());
   for (int64_t id : p.cancel) w.pod(id);
@@ -119,6 +128,26 @@ StepPlan decode_plan(std::span<const uint8_t> bytes) {
     if (spec > 1) throw Error("step plan: bad speculative flag " + std::to_string(spec));
     q.speculative = spec == 1;
     q.cache_partition = r.pod<uint64_t>();
+    for (uint64_t nb = r.count(4 + 4), k = 0; k < nb; ++k) {
+      const int32_t id = r.pod<int32_t>();
+      s.logit_bias.emplace_back(id, r.pod<float>());
+    }
+    ConstraintSpec& c = q.constraint_spec;
+    const uint8_t kind = r.pod<uint8_t>();
+    if (kind > static_cast<uint8_t>(ConstraintSpec::Kind::ToolCall))
+      throw Error("step plan: bad constraint kind " + std::to_string(kind));
+    c.kind = static_cast<ConstraintSpec::Kind>(kind);
+    c.text = r.str();
+    for (uint64_t nt = r.count(16), k = 0; k < nt; ++k) {
+      ConstraintSpec::Tool t;
+      t.name = r.str();
+      t.parameters = r.str();
+      c.tools.push_back(std::move(t));
+    }
+    const uint8_t strict = r.pod<uint8_t>(), after_think = r.pod<uint8_t>();
+    if (strict > 1 || after_think > 1) throw Error("step plan: bad constraint flags");
+    c.strict = strict == 1;
+    c.after_think = after_think == 1;
     p.admit.push_back(std::move(q));
   }
   for (uint64_t n = r.count(8), i = 0; i < n; ++i) p.cancel.push_back(r.pod<int64_t>());

@@ -20,12 +20,14 @@ struct StepPlan {
   /// The ranks end their engine loops (rank 0's scheduler stopped; no slot runs).
   bool stop = false;
   /// Requests admitted into free slots before this step, in admission order (the whole request:
-  /// prompt ids, sampling with its seed, limits, stop ids).
+  /// prompt ids, sampling with its seed and logit_bias, limits, stop ids, the constraint's spec;
+  /// not its compiled form, which each rank compiles, nor images, refused under N ranks).
   std::vector<SeqRequest> admit;
   /// Slot ids whose running sequence ends as cancelled at this step (client gone, stop string).
   std::vector<int64_t> cancel;
   /// A /slots command (Scheduler::save_slot / restore_slot / erase_slot) run on every rank
-  /// before admission: rank r > 0 uses the file `file` + ".rank<r>" (its own part of the state).
+  /// before admission: rank r > 0 uses the file Model::state_file names (`file`.rank<r>of<N>,
+  /// its own part of the state).
   struct SlotOp {
     enum Kind : uint8_t { Save = 0, Restore = 1, Erase = 2 } kind = Save;
     int64_t id = 0;

@@ -336,6 +336,45 @@ class Cases:
         assert drafted and drafted > 0, f"no drafts verified: {drafted}"
         assert many.returncode == 0, many.log()
 
+    def case_serve_constrained_np2(self):
+        """Requests whose sampling only rank 0 parses (json_schema and tool_choice constraints,
+        logit_bias, sampled at temperature 1 with a seed) reach every rank in the step plan: the
+        answers equal one process's, and the group keeps serving."""
+        import openai  # tools/requirements.txt
+        schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                                   "age": {"type": "integer", "minimum": 0, "maximum": 99}},
+                  "required": ["name", "age"], "additionalProperties": False}
+        tools = [{"type": "function", "function": {"name": "add", "parameters": {
+            "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+            "required": ["a"], "additionalProperties": False}}}]
+        msgs = [{"role": "user", "content": "Describe a person as JSON."}]
+        nothink = {"chat_template_kwargs": {"thinking": False}}
+
+        def answers(srv):
+            c = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="none", max_retries=0, timeout=120)
+            out = []
+            for i in range(2):
+                r = c.chat.completions.create(model="m", messages=msgs, max_tokens=80, temperature=1.0, seed=5 + i,
+                                              extra_body=nothink, response_format={
+                                                  "type": "json_schema", "json_schema": {"name": "p", "schema": schema}})
+                out.append(r.choices[0].message.content)
+            r = c.chat.completions.create(model="m", messages=msgs, max_tokens=60, temperature=1.0, seed=9,
+                                          extra_body=nothink, tools=tools, tool_choice="required")
+            out.append(r.choices[0].message.tool_calls[0].function.arguments)
+            r = c.completions.create(model="m", prompt="And God said", max_tokens=6, temperature=0,
+                                     logit_bias={"0": -100, "1": -100})
+            out.append(r.choices[0].text)
+            return out
+
+        with self.serve(1, MINI) as one:
+            a = answers(one)
+        with self.serve(2, MINI) as many:
+            b = answers(many)
+        assert a == b, f"2 ranks: {b!r} vs one process {a!r}"
+        for t in a[:2]:
+            json.loads(t)
+        assert many.returncode == 0, many.log()
+
     def case_serve_idle_rank_np4(self):  # 3 experts on 4 ranks: rank 3 holds none, still steps
         self.serve_equal(self.tiny("few_experts"), 4)
 
@@ -484,18 +523,33 @@ class Served:
         return float(m.group(1)) if m else None
 
     def rank_pid(self, rank: int) -> int:
-        """The pid of `rank` among the processes of this launch (by the launcher's rank variable)."""
+        """The pid of `rank` among the processes of this launch (by the launcher's rank variable):
+        a descendant of the launcher (MPICH's hydra proxies start the ranks in sessions of their own)."""
+        def parent(pid: int) -> int:
+            with open(f"/proc/{pid}/stat") as f:
+                return int(f.read().rsplit(")", 1)[1].split()[1])
+
+        def under_launcher(pid: int) -> bool:
+            for _ in range(16):
+                if pid == self.proc.pid:
+                    return True
+                if pid <= 1:
+                    return False
+                pid = parent(pid)
+            return False
+
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
             try:
-                if os.getsid(int(pid)) != self.proc.pid:
+                if not under_launcher(int(pid)):
                     continue
                 env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+                exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
             except OSError:
                 continue
             for v in (b"OMPI_COMM_WORLD_RANK=", b"PMI_RANK="):
-                if v + str(rank).encode() in env and os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "k3":
+                if v + str(rank).encode() in env and exe == "k3":
                     return int(pid)
         raise AssertionError(f"no process of rank {rank} found")
 

@@ -134,6 +134,17 @@ TEST(ResponsesTranslate, HistoryPrecedesInput) {
   auto t = k3::server::translate_responses_request(responses(""), history);
   ASSERT_EQ(t.chat_body["messages"].size(), 3u);
   EXPECT_EQ(t.chat_body["messages"][2]["content"], "hi");
+  EXPECT_FALSE(t.instructions_first);
+}
+
+TEST(ResponsesTranslate, InstructionsComeFirstAndApplyToThisRequestOnly) {
+  const Json history = Json::parse(R"([{"role":"user","content":"a"},{"role":"assistant","content":"b"}])");
+  auto t = k3::server::translate_responses_request(responses(R"(,"instructions":"be B")"), history);
+  ASSERT_EQ(t.chat_body["messages"].size(), 4u);
+  EXPECT_EQ(t.chat_body["messages"][0]["role"], "system");
+  EXPECT_EQ(t.chat_body["messages"][0]["content"], "be B");
+  EXPECT_EQ(t.chat_body["messages"][1]["content"], "a");
+  EXPECT_TRUE(t.instructions_first);  // handle_responses stores the history without it
 }
 
 TEST(ResponsesTranslate, RefusalsNameTheField) {

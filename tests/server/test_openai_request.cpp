@@ -119,6 +119,8 @@ TEST(OpenAIRequest, EveryMalformedFieldIsA400NamingIt) {
   expect_400(chat(R"(,"stream":"yes")"), "stream", "stream: expected true or false");
   expect_400(chat(R"(,"stop":[1])"), "stop", "stop[0]");
   expect_400(chat(R"(,"stop":5)"), "stop", "stop");
+  expect_400(chat(R"(,"stop":["}"],"response_format":{"type":"json_object"})"), "stop",
+             "stop: cannot be combined with response_format");
   expect_400(chat(R"(,"top_logprobs":3)"), "top_logprobs", "requires \"logprobs\": true");
   expect_400(chat(R"(,"logprobs":true,"top_logprobs":21)"), "top_logprobs", "top_logprobs");
   expect_400(chat(R"(,"reasoning_effort":"extreme")"), "reasoning_effort", "\"medium\", \"high\", \"xhigh\" or \"max\"");

@@ -197,9 +197,15 @@ void run(const Options& o) {
   {  // warm-up (as llama-bench, untimed): whole prefill runs until 0.5 s have passed (at least 1,
      // at most 8), so the timed runs pay neither first-touch page faults of the activation buffers
      // nor the wake-up of idle cores (measured on the 2-vCPU VMs: the first 2-3 runs with 2
-     // threads at ~55% of the steady speed)
+     // threads at ~55% of the steady speed). Under N ranks rank 0's clock decides, broadcast
+     // each run: every rank makes the same number of forwards (the same collectives).
     const auto tw = Clock::now();
-    for (int i = 0; i < 8 && (i == 0 || seconds_since(tw) < 0.5); ++i) {
+    auto more = [&](int i) {
+      uint8_t go = i < 8 && (i == 0 || seconds_since(tw) < 0.5) ? 1 : 0;
+      model.comm().broadcast(&go, 1, 0);
+      return go == 1;
+    };
+    for (int i = 0; more(i); ++i) {
       auto s = model.new_sequence();
       try {
         model.forward(s, prompt, false);

@@ -268,6 +268,11 @@ void run(const ChatCliOptions& o) {
   const int64_t hidden = lm.model->config().hidden_size;
   auto load_picture = [&](const std::string& path) {
     if (!lm.checkpoint->config().vision) k3::refuse_image_without_tower("/image '" + path + "'");
+    // Every rank reaches this refusal alike (a file read per rank could differ between nodes).
+    if (lm.model->comm().size() > 1)
+      throw k3::Error("/image '" + path + "': pictures are not supported under " +
+                      std::to_string(lm.model->comm().size()) +
+                      " MPI ranks (the vision tower runs as one process; run k3 chat without the launcher)");
     if (!tower) tower = std::make_unique<k3::vision::VisionTower>(*lm.checkpoint);
     ChatPicture p;
     p.path = path;

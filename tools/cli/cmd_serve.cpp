@@ -206,6 +206,8 @@ void serve_follower(const ServeOptions& o) {
   if (!o.slot_save_path.empty()) so.keep_slot_states = true;
   k3::LoadedModel draft;
   so.speculation = o.spec.make_serve(lm, o.gen.model_options(), o.gen.n_ctx, draft);
+  const k3::ConstraintCompiler constraints(*lm.tokenizer, lm.stop_ids(), 1);  // as rank 0's
+  so.constraints = &constraints;
   k3::Scheduler sched(*lm.model, so);
   sched.wait_stopped();
 }

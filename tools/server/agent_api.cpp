@@ -173,7 +173,8 @@ ResponsesTranslation translate_responses_request(const Json& body, const Json& h
   if (const Json* m = field(body, "model")) cb["model"] = *m;
   if (const Json* ins = field(body, "instructions")) {
     if (!ins->is_string()) throw bad_request("instructions", "instructions: expected a string, found " + shown(*ins));
-    msgs.push_back(Json{{"role", "system"}, {"content", *ins}});
+    msgs.insert(msgs.begin(), Json{{"role", "system"}, {"content", *ins}});
+    r.instructions_first = true;
     echo["instructions"] = *ins;
   } else {
     echo["instructions"] = nullptr;

@@ -35,6 +35,10 @@ struct ResponsesTranslation {
   Json chat_body;
   Json echo;
   bool store = true;  ///< "store" (default true): keep the response for previous_response_id
+  /// chat_body's messages start with the system message of `instructions`: it applies to this
+  /// request only (OpenAI: a previous response's instructions are not carried over), so the
+  /// history stored for previous_response_id leaves it out.
+  bool instructions_first = false;
 };
 
 /// The previous_response_id of a Responses body ("" when absent). Errors: ApiError 400

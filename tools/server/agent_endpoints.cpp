@@ -60,9 +60,11 @@ bool run_responses(ResponsesState& s, httplib::DataSink& sink) {
   ctx.metrics->count_finish(r.client_gone ? "abort" : fr);
   if (r.client_gone) return false;
   if (r.finish == FinishReason::Error) {
-    const std::string msg = "generation failed: " + r.error;
-    if (s.sse) out.write(sse_event(Json{{"type", "error"}, {"code", "server_error"}, {"message", msg}, {"param", nullptr}}));
-    else out.write(error_body(ApiError(500, msg)).dump(-1, ' ', false, Json::error_handler_t::replace));
+    const ApiError e = generation_error(r);  // 503 when the group of ranks failed, else 500
+    if (s.sse)
+      out.write(sse_event(Json{{"type", "error"}, {"code", e.status() == 503 ? "unavailable" : "server_error"},
+                               {"message", e.what()}, {"param", nullptr}}));
+    else out.write(error_body(e).dump(-1, ' ', false, Json::error_handler_t::replace));
     out.done();
     return true;
   }
@@ -112,7 +114,7 @@ bool run_messages(MessagesState& s, httplib::DataSink& sink) {
   ctx.metrics->count_finish(r.client_gone ? "abort" : fr);
   if (r.client_gone) return false;
   if (r.finish == FinishReason::Error) {
-    const Json err = anthropic_error_body(ApiError(500, "generation failed: " + r.error));
+    const Json err = anthropic_error_body(generation_error(r));
     out.write(s.sse ? sse_event(err) : err.dump(-1, ' ', false, Json::error_handler_t::replace));
     out.done();
     return true;
@@ -177,10 +179,12 @@ void handle_responses(const ServeContext& ctx, const httplib::Request& req, http
   if (resp["temperature"].is_null()) resp["temperature"] = cr.gen.sampling.temp;
   if (resp["top_p"].is_null()) resp["top_p"] = cr.gen.sampling.top_p;
   std::shared_ptr<SeqHandle> h = submit_chat(ctx, req, cr, &n_prompt);
+  Json kept = cr.messages;  // the history a later previous_response_id continues: no instructions
+  if (tr.instructions_first && kept.is_array() && !kept.empty()) kept.erase(kept.begin());
   auto state = std::make_shared<ResponsesState>(ResponsesState{&ctx, HandleGuard{&ctx, h},
                                                                K3StreamParser(*ctx.tok, cr.chat.thinking),
                                                                StopMatcher(cr.gen.stop), ResponsesStream(resp),
-                                                               cr.messages, tr.store, cr.gen.stream});
+                                                               std::move(kept), tr.store, cr.gen.stream});
   start_provider(res, state, cr.gen.stream, run_responses);
 }
 

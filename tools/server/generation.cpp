@@ -183,6 +183,7 @@ SeqRequest make_seq_request(const ServeContext& ctx, std::vector<int32_t> prompt
       throw bad_request(g.constraint_param, g.constraint_param + ": constrained decoding is not available here");
     try {
       q.constraint = ctx.constraints->compile(g.constraint);
+      q.constraint_spec = g.constraint;
     } catch (const k3::Error& e) {
       throw bad_request(g.constraint_param, g.constraint_param + ": " + e.what());
     }

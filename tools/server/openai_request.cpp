@@ -198,6 +198,9 @@ void check_constraint(const GenerationFields& g) {
                                         " (a constrained answer ends on a stop id)");
   if (g.forced_output)
     throw bad_request("k3_forced_output", "k3_forced_output: cannot be combined with " + g.constraint_param);
+  if (!g.stop.empty())
+    throw bad_request("stop", "stop: cannot be combined with " + g.constraint_param +
+                                  " (a stop string would cut the constrained answer; it ends by its grammar)");
 }
 
 void check_tools(const OJ& tools) {
