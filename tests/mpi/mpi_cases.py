@@ -528,9 +528,10 @@ class Served:
         m = re.search(r"^" + re.escape(name) + r"(?:\{[^}]*\})? ([0-9.e+-]+)$", text, re.M)
         return float(m.group(1)) if m else None
 
-    def rank_pid(self, rank: int) -> int:
-        """The pid of `rank` among the processes of this launch (by the launcher's rank variable):
-        a descendant of the launcher (MPICH's hydra proxies start the ranks in sessions of their own)."""
+    def _rank_pids(self, rank: int | None) -> list[int]:
+        """The pids of `rank` among the processes of this launch (by the launcher's rank variable):
+        descendants of the launcher (MPICH's hydra proxies start the ranks in sessions of their own);
+        every rank's with rank None."""
         def parent(pid: int) -> int:
             with open(f"/proc/{pid}/stat") as f:
                 return int(f.read().rsplit(")", 1)[1].split()[1])
@@ -544,6 +545,7 @@ class Served:
                 pid = parent(pid)
             return False
 
+        found = []
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
@@ -552,12 +554,21 @@ class Served:
                     continue
                 env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
                 exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
-            except OSError:
+            except (OSError, ValueError, IndexError):
                 continue
             for v in (b"OMPI_COMM_WORLD_RANK=", b"PMI_RANK="):
-                if v + str(rank).encode() in env and exe == "k3":
-                    return int(pid)
-        raise AssertionError(f"no process of rank {rank} found")
+                hit = any(e.startswith(v) for e in env) if rank is None else v + str(rank).encode() in env
+                if hit and exe == "k3":
+                    found.append(int(pid))
+                    break
+        return found
+
+    def rank_pid(self, rank: int) -> int:
+        """The pid of `rank` among the processes of this launch (_rank_pids)."""
+        pids = self._rank_pids(rank)
+        if not pids:
+            raise AssertionError(f"no process of rank {rank} found")
+        return pids[0]
 
     def wait(self, timeout: float):
         try:
@@ -567,12 +578,20 @@ class Served:
         return self.returncode
 
     def kill(self):
+        """SIGKILL to the launcher's process group and to every rank under it (MPICH's hydra
+        starts the ranks in sessions of their own, which the group kill does not reach)."""
         import signal
         if self.proc.poll() is None:
+            ranks = self._rank_pids(None)
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except OSError:
                 pass
+            for pid in ranks:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             self.proc.wait()
 
     def __enter__(self):
@@ -580,11 +599,13 @@ class Served:
 
     def __exit__(self, *exc):
         import signal
-        if self.proc.poll() is None and self.returncode is None:
-            os.kill(self.rank_pid(0) if "mpirun" in " ".join(self.proc.args) or "mpiexec" in " ".join(self.proc.args)
-                    else self.proc.pid, signal.SIGTERM)
-            self.wait(30)
-        self.kill()
+        try:
+            if self.proc.poll() is None and self.returncode is None:
+                launched = "mpirun" in " ".join(self.proc.args) or "mpiexec" in " ".join(self.proc.args)
+                os.kill(self.rank_pid(0) if launched else self.proc.pid, signal.SIGTERM)
+                self.wait(30)
+        finally:
+            self.kill()  # never leaves a rank running, also when the SIGTERM path failed
         self.returncode = self.proc.returncode
         self.logf.close()
 
