@@ -57,7 +57,9 @@ void expect_progress(const Recorder& r, uint64_t total, size_t min_calls) {
   for (size_t i = 0; i < r.calls.size(); ++i) {
     EXPECT_EQ(r.names[i], "page-in");
     EXPECT_EQ(r.calls[i].second, static_cast<int64_t>(total));
-    if (i > 0) EXPECT_GE(r.calls[i].first, r.calls[i - 1].first) << "call " << i;
+    if (i > 0) {
+      EXPECT_GE(r.calls[i].first, r.calls[i - 1].first) << "call " << i;
+    }
   }
   EXPECT_EQ(r.calls.back().first, static_cast<int64_t>(total));
 }
