@@ -233,7 +233,13 @@ void run(const ChatCliOptions& o) {
   if (!o.state_load.empty()) {
     if (!o.system.empty()) throw k3::Error("--system: the conversation comes from --state-load; give one of them");
     k3::SequenceFileMeta meta;
-    resume = lm.model->load_sequence(lm.model->state_file(o.state_load), &meta, fingerprint);
+    std::string load_error;  // gathered: the ranks refuse together (k3cli::agree_ok)
+    try {
+      resume = lm.model->load_sequence(lm.model->state_file(o.state_load), &meta, fingerprint);
+    } catch (const k3::Error& e) {
+      load_error = e.what();
+    }
+    k3cli::agree_ok(load_error);
     resume_ids = meta.ids;
     k3cli::check_same_input({resume_ids}, "saved-state ids (--state-load)");
     const nlohmann::ordered_json extra =

@@ -131,7 +131,14 @@ void run(const RunOptions& o) {
   if (!o.state_load.empty()) {
     k3::SequenceFileMeta meta;
     // Under N ranks each rank reads its own piece (Model::state_file: F, F.rank1of2, ...).
-    seq = lm.model->load_sequence(lm.model->state_file(o.state_load), &meta, fingerprint);
+    // Each rank's failure is gathered, so the ranks refuse together (k3cli::agree_ok).
+    std::string load_error;
+    try {
+      seq = lm.model->load_sequence(lm.model->state_file(o.state_load), &meta, fingerprint);
+    } catch (const k3::Error& e) {
+      load_error = e.what();
+    }
+    k3cli::agree_ok(load_error);
     history = meta.ids;
     const nlohmann::json extra =
         meta.extra_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(meta.extra_json);

@@ -95,6 +95,31 @@ void check_same_input(std::initializer_list<std::span<const int32_t>> parts, con
                      "files and flags)");
 }
 
+void agree_ok(const std::string& error) {
+  k3::Comm& c = *world();
+  if (c.size() == 1) {
+    if (!error.empty()) throw k3::Error(error);
+    return;
+  }
+  const int64_t mine = static_cast<int64_t>(error.size());
+  std::vector<int64_t> lens(static_cast<size_t>(c.size()));
+  c.allgatherv(&mine, std::vector<int64_t>(static_cast<size_t>(c.size()), 8), lens.data());
+  int64_t total = 0;
+  for (const int64_t n : lens) total += n;
+  if (total == 0) return;
+  std::string all(static_cast<size_t>(total), '\0');
+  c.allgatherv(error.data(), lens, all.data());
+  std::string why;
+  int64_t off = 0;
+  for (size_t r = 0; r < lens.size(); ++r) {
+    if (lens[r] > 0)
+      why += (why.empty() ? "" : "; ") + (c.size() > 1 ? "rank " + std::to_string(r) + ": " : std::string()) +
+             all.substr(static_cast<size_t>(off), static_cast<size_t>(lens[r]));
+    off += lens[r];
+  }
+  throw GroupError(why);
+}
+
 void share_line(bool& got, bool& flag, std::string& line) {
   k3::Comm& c = *world();
   if (c.size() == 1) return;

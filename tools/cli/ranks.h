@@ -54,6 +54,12 @@ void check_same_input(std::initializer_list<std::span<const int32_t>> parts, con
 /// Errors: the communicator's.
 void share_line(bool& got, bool& flag, std::string& line);
 
+/// Collective: every rank passes its own error text for one step ("" = it succeeded). When any
+/// rank failed, every rank throws the same GroupError listing each failing rank's text (so the
+/// group refuses together, however the ranks' timing goes); nothing happens in one process
+/// except rethrowing a non-empty `error` as k3::Error.
+void agree_ok(const std::string& error);
+
 /// Refuses `what` (e.g. "k3 serve") under more than one rank: GroupError naming the subcommand and
 /// docs/distributed.md.
 void refuse_ranks(const std::string& what);
