@@ -28,6 +28,15 @@ std::shared_ptr<SeqHandle> submit_chat(const ServeContext& ctx, const httplib::R
   return submit_request(ctx, std::move(q));
 }
 
+// The typed events of a Responses / Messages stream, each as one SSE event; a non-streamed
+// answer sends none (only its heartbeat). False when the client is gone.
+bool write_stream_events(SseWriter& out, bool sse, const std::vector<Json>& events) {
+  if (!sse) return out.alive();
+  for (const Json& e : events)
+    if (!out.write(sse_event(e))) return false;
+  return true;
+}
+
 // ---- Responses -------------------------------------------------------------------------------
 
 struct ResponsesState {
@@ -44,12 +53,7 @@ struct ResponsesState {
 bool run_responses(ResponsesState& s, httplib::DataSink& sink) {
   const ServeContext& ctx = *s.ctx;
   SseWriter out = s.sse ? SseWriter(sink) : SseWriter(sink, std::chrono::milliseconds(1000), kJsonHeartbeat);
-  auto write_events = [&](const std::vector<Json>& ev) {
-    if (!s.sse) return out.alive();
-    for (const Json& e : ev)
-      if (!out.write(sse_event(e))) return false;
-    return true;
-  };
+  auto write_events = [&](const std::vector<Json>& ev) { return write_stream_events(out, s.sse, ev); };
   if (!write_events(s.stream.start())) return false;
   const GenerationResult r = drive_generation(
       ctx, *s.guard.h, s.parser, s.stops, false,
@@ -98,12 +102,7 @@ struct MessagesState {
 bool run_messages(MessagesState& s, httplib::DataSink& sink) {
   const ServeContext& ctx = *s.ctx;
   SseWriter out = s.sse ? SseWriter(sink) : SseWriter(sink, std::chrono::milliseconds(1000), kJsonHeartbeat);
-  auto write_events = [&](const std::vector<Json>& ev) {
-    if (!s.sse) return out.alive();
-    for (const Json& e : ev)
-      if (!out.write(sse_event(e))) return false;
-    return true;
-  };
+  auto write_events = [&](const std::vector<Json>& ev) { return write_stream_events(out, s.sse, ev); };
   if (!write_events(s.stream.start(s.n_prompt))) return false;
   const GenerationResult r = drive_generation(
       ctx, *s.guard.h, s.parser, s.stops, false,
