@@ -251,7 +251,8 @@ def attn_res_mix(values, norm_w, proj_w, eps):
 
 class K3Model(nn.Module):
     """Full K3 text model: embed → 93-style layer loop with Block AttnRes → final mix → norm → head.
-    forward(ids [B,T] int64) -> logits [B,T,V] float32."""
+    forward(ids [B,T] int64, embeds [B,T,D] float32 or None) -> logits [B,T,V] float32; `embeds`,
+    when given, replaces the token embeddings (the demo model's image rows at <|media_pad|>)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -268,9 +269,9 @@ class K3Model(nn.Module):
         self.model.output_attn_res_proj.weight = nn.Parameter(torch.zeros(1, D))
         self.lm_head = Linear(D, V)
 
-    def forward(self, ids):
+    def forward(self, ids, embeds=None):
         eps = self.eps
-        prefix = self.model.embed_tokens(ids)
+        prefix = self.model.embed_tokens(ids) if embeds is None else embeds
         bank = []
         for i, L in enumerate(self.model.layers):
             if bank:
