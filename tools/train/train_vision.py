@@ -201,6 +201,7 @@ def main():
     ap.add_argument("--pictures-per-step", type=int, default=4)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--text-lr-scale", type=float, default=0.25)
+    ap.add_argument("--kjv-windows", type=int, default=1, help="128-token KJV windows per joint step")
     ap.add_argument("--think-fraction", type=float, default=0.5)
     ap.add_argument("--eval-pictures", type=int, default=200)
     a = ap.parse_args()
@@ -281,8 +282,7 @@ def main():
                 tgt[j, st - 1:en - 1] = x[j, st:en]
         logits = lm(x, lm_embeds(lm, x, chat.pad, rows))
         chat_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
-        s0 = int(rng.integers(0, len(kjv) - 130))
-        w = torch.from_numpy(kjv[s0:s0 + 129])[None]
+        w = torch.from_numpy(np.stack([kjv[s0:s0 + 129] for s0 in rng.integers(0, len(kjv) - 130, size=a.kjv_windows)]))
         lt = lm(w[:, :-1])
         text_loss = F.cross_entropy(lt.reshape(-1, lt.shape[-1]), w[:, 1:].reshape(-1))
         al = aux_loss(heads, rows, labels)
@@ -301,7 +301,7 @@ def main():
         if step % 10 == 0:
             note({"stage": "joint", "step": step, "chat_loss": round(chat_loss.item(), 4), "chat_ema": round(ema, 4),
                   "text_loss": round(text_loss.item(), 4), "aux_loss": round(al.item(), 4), "lr": lr,
-                  "tokens": int(x.numel()) + 128, "elapsed_s": round(time.time() - t0, 1)})
+                  "tokens": int(x.numel()) + 128 * a.kjv_windows, "elapsed_s": round(time.time() - t0, 1)})
         if time.time() - t1 > a.joint_minutes * 60:
             note({"stopped_early_at_step": step})
             break

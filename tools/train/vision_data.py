@@ -71,7 +71,7 @@ def draw(colour, shape, n, rng):
 
 # The committed example pictures (examples/): name -> (colour, shape, count, seed of their layout).
 EXAMPLES = {
-    "three_red_circles.png": ("red", "circle", 3, 9001),
+    "three_red_circles.png": ("red", "circle", 3, 9005),
     "one_blue_square.png": ("blue", "square", 1, 9002),
     "two_green_triangles.png": ("green", "triangle", 2, 9003),
     "four_yellow_circles.png": ("yellow", "circle", 4, 9004),
