@@ -28,6 +28,7 @@ needs_engine = pytest.mark.skipif(not (MINI / "config.json").exists() or
 @dataclass
 class _Task:
     id: str
+    domain: str = "general"
 
 
 @dataclass
@@ -39,6 +40,19 @@ class _Ep:
     thinking_tokens: int
     ids: list = field(default_factory=list)
     mask: list = field(default_factory=list)
+    tool_calls_valid: bool = True
+    n_tool_calls: int = 0
+
+
+def test_reward_format_gate_and_credit():
+    g, ag = _Task("g"), _Task("a", "agentic")
+    assert rl.raw_reward(_Ep(g, 1.0, True, 0)) == 1.0
+    assert rl.raw_reward(_Ep(g, 0.5, True, 0)) == pytest.approx(0.2 + 0.8 * 0.5)
+    assert rl.raw_reward(_Ep(g, 0.0, True, 0)) == pytest.approx(0.2)
+    assert rl.raw_reward(_Ep(g, 1.0, False, 0)) == 0.0                         # a turn did not end
+    assert rl.raw_reward(_Ep(ag, 1.0, True, 0, tool_calls_valid=False, n_tool_calls=1)) == 0.0
+    assert rl.raw_reward(_Ep(ag, 0.0, True, 0, n_tool_calls=0)) == 0.0        # agentic without a tool
+    assert rl.raw_reward(_Ep(ag, 0.0, True, 0, n_tool_calls=2)) == pytest.approx(0.2)
 
 
 def test_rewards_budget_and_group_advantages_hand_values():
@@ -46,11 +60,11 @@ def test_rewards_budget_and_group_advantages_hand_values():
     eps = [_Ep(a, 1.0, True, 10), _Ep(a, 1.0, True, 25), _Ep(a, 1.0, False, 5), _Ep(a, 0.0, True, 5),
            _Ep(b, 1.0, True, 50), _Ep(b, 1.0, True, 50)]
     raw, r, adv = rl.rl_step_rewards(eps, {"a": 10.0, "b": 30.0}, tau=2.0)
-    # raw: score if the episode ended, else 0.  Budget: a's limit 20 (25 is over), b's limit 60.
-    assert raw.tolist() == [1.0, 1.0, 0.0, 0.0, 1.0, 1.0]
-    assert r.tolist() == [1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
-    s = (0.25 * 0.75) ** 0.5                       # group a = (1, 0, 0, 0): mean 0.25
-    assert adv.tolist() == pytest.approx([0.75 / s, -0.25 / s, -0.25 / s, -0.25 / s, 0.0, 0.0], abs=1e-5)
+    # raw: 0.2 + 0.8 score if well formed, else 0.  Budget: a's limit 20 (25 is over), b's limit 60.
+    assert raw.tolist() == pytest.approx([1.0, 1.0, 0.0, 0.2, 1.0, 1.0])
+    assert r.tolist() == pytest.approx([1.0, 0.0, 0.0, 0.2, 1.0, 1.0])
+    s = 0.17 ** 0.5                                # group a = (1, 0, 0, 0.2): mean 0.3, variance 0.17
+    assert adv.tolist() == pytest.approx([0.7 / s, -0.3 / s, -0.3 / s, -0.1 / s, 0.0, 0.0], abs=1e-5)
 
 
 def test_micro_batched_gradient_equals_whole_batch():

@@ -7,7 +7,10 @@ effort. Every iteration:
      and loaded into the k3.cpp engine (`k3.LLM`, one thread, exact numerics);
   2. the engine samples n_samples episodes per task (tools/train/episodes.rollout: the chat
      format with the effort's system message, tool calls executed between turns);
-  3. reward = chat_tasks.score of the episode if its last turn ended with <|end_of_msg|>, else 0;
+  3. reward (raw_reward): 0 when the episode is malformed (a turn that did not end with
+     <|close|>message<|sep|><|end_of_msg|>, an invalid tool call, or an agentic task answered
+     without any tool call), else 0.2 + 0.8·chat_tasks.score (a format credit plus the task score:
+     the SFT model scores ~0 on agentic/general tasks, so a score-only reward gives no signal);
      the budget rule (post_losses.budget_rewards) overwrites it with 0 when the episode's thinking
      tokens exceed τ·b0(x); τ follows post_losses.tau_schedule (2.0 → 1.5 → 1.0 in thirds);
   4. GRPO advantages per task group (post_losses.group_advantages), plain on-policy REINFORCE
@@ -92,11 +95,12 @@ def export_policy(model: K3Model, cfg: dict, tokenizer: str | Path, out: str | P
 
 
 def open_engine(model_dir: str | Path, n_ctx: int = 2048, n_parallel: int = 16):
-    """k3.LLM on `model_dir`: one kernel thread, exact numerics, no prefix cache."""
+    """k3.LLM on `model_dir`: one kernel thread, exact numerics, no prefix cache, a queue that
+    holds every episode of a rollout (episodes.rollout submits all live episodes at once)."""
     from tools.train.k3_import import import_k3
     k3 = import_k3()
     return k3.LLM(str(model_dir), n_ctx=n_ctx, n_parallel=n_parallel, numerics="exact", threads=1,
-                  cache_ram_mib=0)
+                  cache_ram_mib=0, max_queue=4096)
 
 
 # --- episodes -> tensors -----------------------------------------------------------------------
@@ -149,9 +153,19 @@ def accumulate(model: K3Model, episodes: Sequence[Any], loss_fn, micro: int = 8)
 
 # --- rewards -----------------------------------------------------------------------------------
 
+FORMAT_CREDIT = 0.2
+
+
+def well_formed(ep) -> bool:
+    """Every turn ended properly, every tool call valid, and an agentic task used a tool."""
+    if not ep.ended or not getattr(ep, "tool_calls_valid", True):
+        return False
+    return not (ep.task.domain == "agentic" and getattr(ep, "n_tool_calls", 1) == 0)
+
+
 def raw_reward(ep) -> float:
-    """chat_tasks.score of the episode if its last turn ended properly, else 0."""
-    return float(ep.score) if ep.ended else 0.0
+    """0 for a malformed episode (well_formed), else FORMAT_CREDIT + (1 − FORMAT_CREDIT)·score."""
+    return FORMAT_CREDIT + (1.0 - FORMAT_CREDIT) * float(ep.score) if well_formed(ep) else 0.0
 
 
 def think_len(ep) -> int:
