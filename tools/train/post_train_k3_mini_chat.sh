@@ -15,8 +15,8 @@ OUT=models/k3-mini-chat
 PY=${PY:-.venv/bin/python}
 K3=${K3_BIN:-build/tools/cli/k3}
 TOK=models/k3-mini/tiktoken.model
-RL_ITERS=${RL_ITERS:-6}
-RL_MINUTES=${RL_MINUTES:-4}
+RL_ITERS=${RL_ITERS:-4}
+RL_MINUTES=${RL_MINUTES:-5}
 RL_LR=${RL_LR:-1e-4}
 MOPD_ITERS=${MOPD_ITERS:-8}
 EVAL_N=${EVAL_N:-30}
@@ -47,7 +47,7 @@ else
   stage sft "$WORK/sft/trained.pt" $PY -m tools.train.sft --base models/k3-mini --out "$WORK/sft" --minutes "${SFT_MINUTES:-22}"
   SFT=$WORK/sft/trained.pt
 fi
-RLARGS=(--iters "$RL_ITERS" --max-minutes "$RL_MINUTES" --pool 24 --tasks-per-iter 4 --n-samples 4 --lr "$RL_LR")
+RLARGS=(--iters "$RL_ITERS" --max-minutes "$RL_MINUTES" --pool 16 --tasks-per-iter 4 --n-samples 4 --lr "$RL_LR")
 for d in agentic general writing; do
   for e in low high max; do
     stage "teacher $d/$e" "$WORK/teachers/$d-$e/model/config.json" $PY -m tools.train.rl --init "$SFT" --tokenizer $TOK --domains $d --efforts $e \
@@ -63,7 +63,7 @@ stage "alternative: off-policy distillation" "$WORK/offpolicy/model/config.json"
   --teachers "$WORK/teachers.json" --out "$WORK/offpolicy" --mode offpolicy "${MARGS[@]}"
 stage "alternative: RL at max only" "$WORK/rl-max/model/config.json" $PY -m tools.train.rl --init "$SFT" --tokenizer $TOK \
   --domains agentic,general,writing --efforts max --out "$WORK/rl-max" --seed 3 \
-  --iters "$RL_ITERS" --max-minutes "$((RL_MINUTES * 3))" --pool 24 --tasks-per-iter 2 --n-samples 4 --lr "$RL_LR"
+  --iters "$RL_ITERS" --max-minutes "$((RL_MINUTES * 3))" --pool 16 --tasks-per-iter 2 --n-samples 4 --lr "$RL_LR"
 $PY -c "import sys; from tools.train.rl import load_policy, export_policy
 m, c = load_policy(sys.argv[1]); export_policy(m, c, sys.argv[2], sys.argv[3])" "$SFT" $TOK "$WORK/sft-model"
 ev() { $PY -m tools.train.chat_eval --n "$EVAL_N" --n-parallel 8 "$@"; }
