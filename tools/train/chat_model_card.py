@@ -104,6 +104,30 @@ def write_card(work: str | Path, mdir: str | Path) -> str:
         + f" | {yes(gap_ok)} |",
     ])
 
+    # summary: every model pooled over its cells
+    teacher_res = {}
+    for d in DOMAINS:
+        for e in EFFORTS:
+            t = ev.get(f"teacher-{d}-{e}")
+            if t and d in t["results"] and e in t["results"][d]:
+                teacher_res.setdefault(d, {})[e] = t["results"][d][e]
+    summ = ["| model | cells | accuracy | mean score | turns ended | tool calls valid | thinking mean low / high / max |",
+            "|---|---|---|---|---|---|---|"]
+    for key, label in [("sft", "SFT (start)"), ("teachers", "RL teachers, each on its own cell"),
+                       ("mopd", "**MOPD student (this model)**"), ("offpolicy", "off-policy distillation"),
+                       ("rl-max", "RL at max only")]:
+        res = teacher_res if key == "teachers" else (ev[key]["results"] if key in ev else None)
+        if not res:
+            continue
+        ncell = sum(len(v) for v in res.values())
+        al = _agg(res)
+        sc = sum(c["mean_score"] * c["episodes"] for v in res.values() for c in v.values()) / max(1, al["episodes"])
+        th = " / ".join("–" if not any(e in v for v in res.values()) else f"{_agg(res, effort=e)['thinking_mean']:.1f}"
+                        for e in EFFORTS)
+        summ.append(f"| {label} | {ncell} | {_pct(al['accuracy'])} | {sc:.3f} | {_pct(al['turns_ended'])} | "
+                    f"{_pct(al['tool_call_valid'])} | {th} |")
+    summary_table = "\n".join(summ)
+
     tl = "\n".join(f"| {t['stage']} | {t['s'] / 60:.1f} |" for t in times)
     rl0 = _read_jsonl(next(iter(sorted((work / "teachers").glob("*/rl_log.jsonl"))), Path("/nonexistent")))
     ra = rl0[0]["args"] if rl0 else {}
@@ -148,7 +172,13 @@ interpolation. Turns ended: assistant turns that close the message and end with 
 
 {goals}
 
-## Teachers vs student vs the alternatives (accuracy / mean score, same held-out tasks)
+## Teachers vs student vs the alternatives (same held-out tasks, greedy)
+
+Pooled over the cells each model was evaluated on (a teacher only on its own domain and effort):
+
+{summary_table}
+
+Per cell (accuracy / mean score):
 
 {compare_table}
 
