@@ -128,6 +128,24 @@ def write_card(work: str | Path, mdir: str | Path) -> str:
                     f"{_pct(al['tool_call_valid'])} | {th} |")
     summary_table = "\n".join(summ)
 
+    # teacher training curves (rollout statistics of the first and last iteration)
+    trows = ["| teacher | iterations | reward first → last | budgeted reward (last, τ) | over budget (last) | "
+             "episodes ended first → last | thinking mean first → last | b0 mean |",
+             "|---|---|---|---|---|---|---|---|"]
+    for p in sorted((work / "teachers").glob("*/rl_log.jsonl")):
+        recs = _read_jsonl(p)
+        its = [r for r in recs if "iter" in r]
+        b0 = next((r["b0"] for r in recs if "b0" in r), {})
+        if not its:
+            continue
+        key = next(iter(its[0]["per"]))
+        f, l = its[0]["per"][key], its[-1]["per"][key]
+        trows.append(f"| {key} | {len(its)} | {f['reward']:.3f} → {l['reward']:.3f} | {l['reward_budgeted']:.3f} "
+                     f"({its[-1]['tau']}) | {_pct(l['over_budget'])} | {_pct(f['ended'])} → {_pct(l['ended'])} | "
+                     f"{f['think_mean']:.1f} → {l['think_mean']:.1f} | "
+                     f"{(sum(b0.values()) / len(b0)) if b0 else float('nan'):.1f} |")
+    teacher_table = "\n".join(trows)
+
     tl = "\n".join(f"| {t['stage']} | {t['s'] / 60:.1f} |" for t in times)
     rl0 = _read_jsonl(next(iter(sorted((work / "teachers").glob("*/rl_log.jsonl"))), Path("/nonexistent")))
     ra = rl0[0]["args"] if rl0 else {}
@@ -201,13 +219,19 @@ K3-mini **{bp:.3f}**, K3-mini-chat **{cp:.3f}** ({100 * (cp / bp - 1):+.1f}%).
    ({', '.join(teachers)}), each from the SFT model on one (domain, effort). Rollouts are sampled
    by k3.cpp itself: every iteration the torch policy is exported (MXFP4 experts as published) and
    loaded with `k3.LLM`; the torch model keeps MXFP4 QAT on, so the sampled policy and the trained
-   one compute with the same expert values. Reward = the task score if every turn ended properly,
-   else 0. **Budget rule**: b0(x) = median thinking length of the SFT policy's correct samples of
+   one compute with the same expert values. Reward: 0 for a malformed episode (a turn that does
+   not end with `<|close|>message<|sep|><|end_of_msg|>`, an invalid tool call, an agentic task
+   answered without a tool), else 0.2 + 0.8 × the task score (the SFT model scores near 0 on
+   agentic and general train tasks, so a score-only reward would carry no signal). **Budget rule**: b0(x) = median thinking length of the SFT policy's correct samples of
    task x at that effort ({ra.get('n_samples', '?')} samples, before RL), else the SFT trajectory's
    thinking length; a trajectory thinking more than τ·b0(x) gets reward 0; τ = 2.0 → 1.5 → 1.0 over
    thirds of the run. GRPO advantages per task group of {ra.get('n_samples', '?')} samples, plain
    on-policy REINFORCE, token-level mean; AdamW lr {ra.get('lr', '?')}; {ra.get('iters', '?')} iterations of
    {ra.get('tasks_per_iter', '?')} tasks × {ra.get('n_samples', '?')} samples (temperature {ra.get('temperature', '?')}).
+   Rollout statistics of each teacher's run (temperature-1 samples of train tasks, not held-out):
+
+{teacher_table}
+
 3. **MOPD** (tools/train/mopd.py): the student (init: SFT) samples on k3.cpp at every (domain,
    effort); the matching teacher scores each sampled token; r_t = clip(sg[log π_teacher(y_t) −
    log π_student(y_t)], −{ma.get('clip', '?')}, {ma.get('clip', '?')}) is each token's advantage
