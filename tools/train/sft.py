@@ -1,0 +1,222 @@
+"""Supervised fine-tuning of K3-mini into a chat model (issue 23): chat_tasks.sft_trajectory
+conversations in the exact K3 chat format, loss on the assistant ids only.
+
+Start: the published models/k3-mini weights (bf16 trunk, MXFP4 experts dequantized; the
+pretraining pipeline keeps no fp32 master outside its work dir), loaded as fp32 masters by
+distill.load_teacher.
+Data: train-split tasks of every domain (chat_tasks.make_tasks(domain, "train", ...)), task i at
+effort EFFORTS[i % 3], rendered by the engine's template (k3.LLM's render_chat: tools, thinking
+on, thinking_effort=effort, so the effort system message is the template's). The loss mask covers,
+for each assistant message, the ids after its generation prompt
+(<|open|>message role="assistant"<|sep|><|open|>think<|sep|>) through its <|end_of_msg|>: the ids
+the model samples. Tool results, the tool declaration, the effort and user messages are context.
+Plain KJV text (train split: Genesis..Jude, the pretraining text, never Revelation) is mixed in
+as whole-sequence LM batches (--text-every) so the base text perplexity is kept.
+Batches: examples sorted by length and grouped up to --tokens-per-batch (right padding with
+[PAD], masked out of the loss and of Quantile Balancing).
+Training as pretraining (tools/train/train.py): per-head Muon + AdamW, MXFP4 QAT of the routed
+experts (STE, moe.qat), router bias solved by Quantile Balancing after every step over the
+non-pad tokens. LR: linear warmup over --warmup steps, constant, linear decay to 10% over the
+last 30% of the wall-time budget.
+Writes OUT/trained.pt (train.py's format: cfg, state_dict fp32, steps_done, wall_s, args,
+final_loss_ema; tools.train.export exports it), OUT/tiktoken.model, OUT/sft_log.jsonl.
+Usage: python -m tools.train.sft --base models/k3-mini --out /work/post/sft [--minutes 22]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tools.train import chat_tasks as ct
+from tools.train.distill import load_teacher
+from tools.train.episodes import ChatRenderer
+from tools.train.k3_import import import_k3
+from tools.train.muon import Muon
+from tools.train.quantile_balance import qb_solve
+from tools.train.tokenizer import load_encoding
+from tools.train.train import muon_blocks
+
+
+def render_example(r: ChatRenderer, task: ct.Task, effort: str) -> tuple[list[int], list[int]]:
+    """(ids, mask) of task.messages + sft_trajectory(task, effort) in the K3 chat format; mask 1 on
+    every id an assistant turn samples (after its generation prompt, through <|end_of_msg|>)."""
+    conv = list(task.messages)
+    ids: list[int] = r.render(conv, task.tools, effort, generation_prompt=False)
+    mask = [0] * len(ids)
+    for m in ct.sft_trajectory(task, effort):
+        if m["role"] == "assistant":
+            prompt = r.render(conv, task.tools, effort, generation_prompt=True)
+            if prompt[:len(ids)] != ids:
+                raise RuntimeError(f"sft: render of {task.id} is not prefix-stable")
+            ids, mask = prompt, mask + [0] * (len(prompt) - len(ids))
+        conv.append(m)
+        full = r.render(conv, task.tools, effort, generation_prompt=False)
+        if full[:len(ids)] != ids:
+            raise RuntimeError(f"sft: render of {task.id} is not prefix-stable")
+        mask += [1 if m["role"] == "assistant" else 0] * (len(full) - len(ids))
+        ids = full
+    if ids[-1] != r.eom or mask[-1] != 1:
+        raise RuntimeError(f"sft: {task.id} does not end with an assistant <|end_of_msg|>")
+    return ids, mask
+
+
+def build_examples(llm: Any, counts: dict[str, int], seed: int) -> list[dict[str, Any]]:
+    r = ChatRenderer(llm)
+    ex = []
+    for d in ct.DOMAINS:
+        for i, t in enumerate(ct.make_tasks(d, "train", counts[d], seed)):
+            eff = ct.EFFORTS[i % len(ct.EFFORTS)]
+            ids, mask = render_example(r, t, eff)
+            ex.append({"id": t.id, "domain": d, "effort": eff, "ids": ids, "mask": mask})
+    return ex
+
+
+def make_batches(examples: list[dict[str, Any]], tokens: int, rng: random.Random) -> list[list[int]]:
+    """Example indices grouped by length so that max_len x batch <= tokens (at least one each)."""
+    order = sorted(range(len(examples)), key=lambda i: (len(examples[i]["ids"]), rng.random()))
+    batches, cur, cur_max = [], [], 0
+    for i in order:
+        n = len(examples[i]["ids"])
+        if cur and max(cur_max, n) * (len(cur) + 1) > tokens:
+            batches.append(cur)
+            cur, cur_max = [], 0
+        cur.append(i)
+        cur_max = max(cur_max, n)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def kjv_train_text() -> str:
+    """The pretraining split's text (tools/train/data.py: Genesis..Jude, one verse per line)."""
+    return "".join(v.text + "\n" for v in ct.verses() if v.book != ct.HELDOUT_BOOK)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="SFT of K3-mini on chat_tasks trajectories")
+    ap.add_argument("--base", default="models/k3-mini")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--agentic", type=int, default=900, help="train tasks (one effort each)")
+    ap.add_argument("--general", type=int, default=1200)
+    ap.add_argument("--writing", type=int, default=900)
+    ap.add_argument("--lr", type=float, default=1.5e-3)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--tokens-per-batch", type=int, default=2048)
+    ap.add_argument("--text-every", type=int, default=4, help="one KJV text batch after every N chat batches")
+    ap.add_argument("--text-seq", type=int, default=256)
+    ap.add_argument("--minutes", type=float, default=22.0, help="wall-time budget of the training loop")
+    ap.add_argument("--max-steps", type=int, default=10**9)
+    ap.add_argument("--log-every", type=int, default=10)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(a.seed)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = open(out / "sft_log.jsonl", "w")
+    t_data = time.time()
+    k3 = import_k3()
+    with k3.LLM(a.base, threads=1, n_parallel=1, n_ctx=4096, cache_ram_mib=0) as llm:
+        examples = build_examples(llm, {"agentic": a.agentic, "general": a.general, "writing": a.writing}, a.seed)
+        pad = llm.tokenize("[PAD]", special=True)[0]
+    enc = load_encoding(Path(a.base) / "tiktoken.model")
+    text = np.array(enc.encode_ordinary(kjv_train_text()), dtype=np.int64)
+    model, tc = load_teacher(a.base)
+    for moe in model.moe_layers():
+        moe.qat = True
+    model.train()
+    muon_p, adam_p = muon_blocks(model, tc)
+    muon = Muon(muon_p, lr=a.lr, weight_decay=0.01)
+    adam = torch.optim.AdamW([
+        {"params": [p for n, p in adam_p if "embed" in n or "lm_head" in n], "weight_decay": 0.01},
+        {"params": [p for n, p in adam_p if not ("embed" in n or "lm_head" in n)], "weight_decay": 0.0},
+    ], lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    rng = random.Random(a.seed)
+    nrng = np.random.default_rng(a.seed)
+    stats = {d: {"examples": sum(e["domain"] == d for e in examples),
+                 "tokens": sum(len(e["ids"]) for e in examples if e["domain"] == d),
+                 "loss_tokens": sum(sum(e["mask"]) for e in examples if e["domain"] == d)} for d in ct.DOMAINS}
+    print(json.dumps({"args": vars(a), "data": stats, "text_tokens": int(len(text)),
+                      "data_s": round(time.time() - t_data, 1)}), file=log, flush=True)
+
+    def chat_batch(idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        T = max(len(examples[i]["ids"]) for i in idx)
+        ids = torch.full((len(idx), T), pad, dtype=torch.int64)
+        m = torch.zeros((len(idx), T), dtype=torch.bool)
+        for j, i in enumerate(idx):
+            e = examples[i]
+            ids[j, :len(e["ids"])] = torch.tensor(e["ids"])
+            m[j, :len(e["mask"])] = torch.tensor(e["mask"], dtype=torch.bool)
+        return ids, m
+
+    def text_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        B = max(1, a.tokens_per_batch // a.text_seq)
+        st = nrng.integers(0, len(text) - a.text_seq - 1, size=B)
+        ids = torch.from_numpy(np.stack([text[s:s + a.text_seq + 1] for s in st]))
+        m = torch.ones_like(ids, dtype=torch.bool)
+        m[:, 0] = False
+        return ids, m
+
+    t0 = time.time()
+    step, epoch, ema = 0, 0, {}
+    queue: list[list[int]] = []
+    n_chat = 0
+    while step < a.max_steps:
+        el = (time.time() - t0) / 60
+        if el > a.minutes:
+            break
+        if not queue:
+            queue = make_batches(examples, a.tokens_per_batch, rng)
+            rng.shuffle(queue)
+            epoch += 1
+        if a.text_every > 0 and n_chat and n_chat % a.text_every == 0 and ema.get("_last") != "text":
+            ids, m = text_batch()
+            kind = "text"
+        else:
+            ids, m = chat_batch(queue.pop())
+            kind = "chat"
+            n_chat += 1
+        ema["_last"] = kind
+        frac = el / a.minutes
+        lr = a.lr * min(1.0, (step + 1) / a.warmup) * (1.0 if frac < 0.7 else 1.0 - 0.9 * (frac - 0.7) / 0.3)
+        for opt in (muon, adam):
+            for g in opt.param_groups:
+                g["lr"] = lr
+        logits = model(ids[:, :-1])
+        tgt_mask = m[:, 1:]                      # target ids[t + 1] is scored when it is a loss id
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
+        loss = (nll * tgt_mask.reshape(-1)).sum() / tgt_mask.sum().clamp(min=1)
+        loss.backward()
+        muon.step(); adam.step()
+        muon.zero_grad(set_to_none=True); adam.zero_grad(set_to_none=True)
+        real = (ids[:, :-1] != pad).reshape(-1)
+        for moe in model.moe_layers():
+            b = moe.gate.e_score_correction_bias
+            b.copy_(qb_solve(moe.last_scores[real], b, moe.k))
+        lv = loss.item()
+        ema[kind] = lv if kind not in ema else 0.95 * ema[kind] + 0.05 * lv
+        if step % a.log_every == 0:
+            print(json.dumps({"step": step, "epoch": epoch, "kind": kind, "loss": round(lv, 4),
+                              "ema_chat": round(ema.get("chat", 0.0), 4), "ema_text": round(ema.get("text", 0.0), 4),
+                              "lr": round(lr, 6), "shape": list(ids.shape),
+                              "elapsed_s": round(time.time() - t0, 1)}), file=log, flush=True)
+        step += 1
+    wall = time.time() - t0
+    torch.save({"cfg": tc, "state_dict": model.state_dict(), "steps_done": step, "wall_s": wall,
+                "args": vars(a), "final_loss_ema": ema.get("chat"), "base": str(a.base)}, out / "trained.pt")
+    shutil.copy(Path(a.base) / "tiktoken.model", out / "tiktoken.model")
+    print(json.dumps({"done": True, "steps_done": step, "epochs": epoch, "wall_s": round(wall, 1),
+                      "ema_chat": ema.get("chat"), "ema_text": ema.get("text")}), file=log, flush=True)
+
+
+if __name__ == "__main__":
+    main()

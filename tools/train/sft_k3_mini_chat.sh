@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# K3-mini-chat, the SFT stage (issue 23): chat-task SFT of models/k3-mini -> fp32 state in WORK
+# -> export (bf16 trunk, MXFP4 experts) to models/k3-mini-chat -> k3 info --check -> perplexity of
+# K3-mini's held-out text before / after -> greedy held-out chat evaluation (chat_eval.json).
+# Usage: tools/train/sft_k3_mini_chat.sh [WORK_DIR]   (run from the repository root, after the build)
+# Threads: 1 (a shared 2-core machine); K3_OPENBLAS_DIR as in train_k3_mini.sh.
+set -euo pipefail
+WORK=${1:-build/k3-mini-chat-sft}
+mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd)
+OUT=models/k3-mini-chat
+PY=${PY:-.venv/bin/python}
+K3=${K3_BIN:-build/tools/cli/k3}
+MINUTES=${K3_SFT_MINUTES:-22}
+if [ -z "${K3_OPENBLAS_DIR:-}" ]; then
+  ob="$WORK/openblas"
+  if [ ! -d "$ob/usr/lib/x86_64-linux-gnu/openblas-pthread" ]; then
+    mkdir -p "$ob" && (cd "$ob" && apt-get download -qq libopenblas0-pthread >/dev/null &&
+      dpkg-deb -x libopenblas0-pthread_*.deb .) || echo "sft: could not fetch OpenBLAS; using netlib BLAS (slow)"
+  fi
+  K3_OPENBLAS_DIR="$ob/usr/lib/x86_64-linux-gnu/openblas-pthread"
+fi
+if [ "$K3_OPENBLAS_DIR" != none ] && [ -d "$K3_OPENBLAS_DIR" ]; then
+  export LD_LIBRARY_PATH=$K3_OPENBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=.
+date -u +"start %FT%TZ"
+$PY -m tools.train.sft --base models/k3-mini --out "$WORK" --minutes "$MINUTES"
+$PY -m tools.train.export --work "$WORK" --out "$OUT"
+cmp models/k3-mini/tiktoken.model "$OUT/tiktoken.model"
+cmp models/k3-mini/tokenizer_config.json "$OUT/tokenizer_config.json"
+"$K3" info "$OUT" --check > "$WORK/info_check.txt"
+for m in models/k3-mini "$OUT"; do
+  "$K3" perplexity -m "$m" -f models/k3-mini/heldout.txt -c 256 -t 1 --numerics exact --json 2>/dev/null \
+    > "$WORK/ppl_$(basename "$m").json"
+done
+$PY -m tools.train.chat_eval --model "$OUT" --out "$OUT/chat_eval.json" --n 30 --threads 1
+date -u +"end %FT%TZ"
