@@ -43,7 +43,7 @@ def llm():
 def test_chat_model_answers_heldout_with_tools_and_ends_turns(llm):
     from tools.train.episodes import rollout
     tasks = heldout("agentic", "lookup", 3)
-    eps = rollout(llm, tasks, "low", temperature=0.0, max_tokens=160, max_turns=3)
+    eps = rollout(llm, tasks, "low", temperature=0.0, max_tokens=384, max_turns=3)
     for e in eps:
         assert e.ended, (e.task.id, e.messages)                   # every turn closed with <|end_of_msg|>
         assert e.n_tool_calls >= 1 and e.tool_calls_valid, (e.task.id, e.messages)
@@ -55,7 +55,7 @@ def test_chat_model_answers_heldout_with_tools_and_ends_turns(llm):
 def test_chat_model_answers_short_questions(llm):
     from tools.train.episodes import rollout
     tasks = heldout("general", "after", 4)
-    eps = rollout(llm, tasks, "low", temperature=0.0, max_tokens=96, max_turns=1)
+    eps = rollout(llm, tasks, "low", temperature=0.0, max_tokens=256, max_turns=1)
     assert all(e.ended and not e.truncated for e in eps), [e.messages for e in eps]
     assert sum(e.score for e in eps) >= 2, [(e.task.answer, e.messages[-1]["content"]) for e in eps]
 

@@ -12,8 +12,8 @@ for each assistant message, the ids after its generation prompt
 the model samples. Tool results, the tool declaration, the effort and user messages are context.
 Plain KJV text (train split: Genesis..Jude, the pretraining text, never Revelation) is mixed in
 as whole-sequence LM batches (--text-every) so the base text perplexity is kept.
-Copy batches (--copy-every): KJV train passages of 24..100 tokens written twice, loss on the
-second copy: plain-text practice at copying from the context, which the agentic tasks need (tool
+Copy batches (--copy-every): KJV train passages of 24..100 tokens written twice (or, for a
+--copy-random fraction, KJV tokens drawn at random positions), loss on the second copy: plain-text practice at copying from the context, which the agentic tasks need (tool
 arguments from the question, answers from tool results).
 --init continues from an earlier stage's trained.pt (the K3-mini-chat pipeline runs two stages).
 Batches: examples sorted by length and grouped up to --tokens-per-batch (right padding with
@@ -121,6 +121,9 @@ def main() -> None:
     ap.add_argument("--copy-every", type=int, default=0,
                     help="one copy batch after every N chat batches (0: none): KJV passages written twice, "
                          "loss on the second copy (teaches the model to copy from its context)")
+    ap.add_argument("--copy-random", type=float, default=0.0,
+                    help="fraction of copy sequences made of KJV tokens drawn at random positions (no "
+                         "n-gram structure, so only copying lowers their loss) instead of a passage")
     ap.add_argument("--init", default=None,
                     help="start from this trained.pt (an earlier SFT stage) instead of --base's weights")
     ap.add_argument("--minutes", type=float, default=22.0, help="wall-time budget of the training loop")
@@ -184,8 +187,11 @@ def main() -> None:
         ids = torch.full((len(lens), T), pad, dtype=torch.int64)
         m = torch.zeros((len(lens), T), dtype=torch.bool)
         for j, L in enumerate(lens.tolist()):
-            s0 = int(nrng.integers(0, len(text) - L - 1))
-            p = torch.from_numpy(text[s0:s0 + L])
+            if nrng.random() < a.copy_random:
+                p = torch.from_numpy(text[nrng.integers(0, len(text), size=L)])
+            else:
+                s0 = int(nrng.integers(0, len(text) - L - 1))
+                p = torch.from_numpy(text[s0:s0 + L])
             ids[j, :L], ids[j, L:2 * L] = p, p
             m[j, L:2 * L] = True
         return ids, m
