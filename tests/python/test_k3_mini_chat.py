@@ -134,3 +134,12 @@ def test_example_agent_runs_a_real_tool_call_round_trip(server):
     assert ct.check_arguments("lookup_verse", args) is None, args
     assert lines[lines.index(calls[0]) + 1].startswith("<- "), r.stdout
     assert not lines[-1].startswith(("->", "<-", "[")) and lines[-1].strip(), r.stdout
+
+
+def test_checkpoint_checks_and_keeps_k3_minis_config_and_tokenizer():
+    r = subprocess.run([K3, "info", CHAT, "--check"], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert b"no NaN, no Inf, no impossible MXFP4 scale" in r.stdout + r.stderr
+    for f in ("config.json", "tiktoken.model", "tokenizer_config.json"):
+        with open(os.path.join(CHAT, f), "rb") as a, open(os.path.join(ROOT, "models", "k3-mini", f), "rb") as b:
+            assert a.read() == b.read(), f
