@@ -180,7 +180,7 @@ def write_card(work: str | Path, mdir: str | Path) -> str:
     ra = rl0[0]["args"] if rl0 else {}
     mo = _read_jsonl(work / "mopd" / "mopd_log.jsonl")
     ma = mo[0]["args"] if mo else {}
-    teachers = sorted(p.parent.name for p in (work / "teachers").glob("*/model/config.json"))
+    teachers = sorted(p.parent.parent.name for p in (work / "teachers").glob("*/model/config.json"))
     bp, cp = ppl["base"]["ppl"], ppl["chat"]["ppl"]
     card = f"""# K3-mini-chat
 
@@ -280,7 +280,8 @@ Everything reruns from one script (from the repository root):
 tools/train/post_train_k3_mini_chat.sh build/k3-mini-chat-train
 ```
 
-Time on this machine kind (2 shared cores, one torch thread, k3.cpp with one thread), per stage:
+Time on this machine kind (2 cores, shared during this run with two other training jobs; one torch
+thread, k3.cpp with one thread), per stage:
 
 | stage | minutes |
 |---|---|
