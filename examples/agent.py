@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tools.train.chat_tasks import TOOLS, execute_tool  # noqa: E402
 
 
-def run(client, question, *, model="k3-mini-chat", effort="low", max_turns=4, max_tokens=256, log=print):
+def run(client, question, *, model="k3-mini-chat", effort="low", max_turns=4, max_tokens=512, log=print):
     """The agent loop; returns the model's final answer text, or None when there is none."""
     messages = [{"role": "user", "content": question}]
     for _ in range(max_turns):
@@ -58,7 +58,7 @@ def main():
     ap.add_argument("--model", default="k3-mini-chat")
     ap.add_argument("--effort", default="low", choices=["low", "high", "max"])
     ap.add_argument("--max-turns", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--max-tokens", type=int, default=512)
     a = ap.parse_args()
     client = openai.OpenAI(base_url=a.base_url, api_key=a.api_key, max_retries=0, timeout=120)
     answer = run(client, a.question, model=a.model, effort=a.effort, max_turns=a.max_turns,

@@ -1,6 +1,6 @@
 """Takes docs/web-page.png: the chat page of a real `k3 serve` on models/k3-mini-chat in Debian's
-headless chromium, with the model's own greedy answers: a short question, then a question it
-answers with a tool call.
+headless chromium, with the model's own greedy answers: a short question, then, in a new
+conversation (the list shows both), a question it answers with a tool call.
 
 The page declares no tools of its own, so this script wraps the page's `fetch` (in the browser,
 not the page's code) to add the tools of tools/train/chat_tasks.py (lookup_verse, search) to each
@@ -84,9 +84,12 @@ def main():
             e.send_keys(val)
         settings.find_element(By.TAG_NAME, "summary").click()
         for i, q in enumerate(QUESTIONS):
+            if i:  # each question in its own conversation (the model was tuned on one-question chats)
+                driver.find_element(By.ID, "new-chat").click()
+                wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#messages .msg"))
             driver.find_element(By.ID, "prompt").send_keys(q)
             driver.find_element(By.ID, "send").click()
-            wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant")) == i + 1)
+            wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant")) == 1)
             wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant")[-1]
                        .get_attribute("data-status") != "streaming")
         calls = driver.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant .tool-call")
@@ -94,6 +97,8 @@ def main():
             raise SystemExit("web_page_picture: the model made no tool call; no picture taken")
         print(json.dumps({"tool": calls[-1].get_attribute("data-tool"),
                           "args": calls[-1].find_element(By.CSS_SELECTOR, ".tool-args").text}))
+        for summ in driver.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant details.thinking summary"):
+            summ.click()  # show the thinking too
         time.sleep(0.5)
         assert driver.save_screenshot(a.out), a.out
         print(a.out)

@@ -1,6 +1,7 @@
 """tools/train/rl.py and tools/train/mopd.py: the reward/advantage bookkeeping on hand values,
 micro-batched gradients equal to the whole-batch gradient, and short end-to-end runs on K3-mini
-(rollouts by the k3.cpp engine, export, MOPD with the clipped log-ratio, off-policy distillation)."""
+(rollouts by the k3.cpp engine, export, MOPD with the clipped log-ratio, off-policy distillation),
+and the model card's goal lines computed from eval files."""
 import json
 import subprocess
 import sys
@@ -153,3 +154,37 @@ def test_bad_arguments_name_the_flag(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tools.train.mopd", "--init", "x", "--tokenizer", "t", "--teachers",
                         man, "--out", tmp_path], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "key 'general/medium'" in r.stderr
+
+
+def _cell(acc, score, ended, think, calls=0, valid=None, trunc=0):
+    return {"episodes": 10, "accuracy": acc, "mean_score": score, "tool_calls": calls, "tool_call_valid": valid,
+            "turns": 10, "turns_ended": ended, "episodes_ended": ended, "thinking_mean": think,
+            "thinking_p95": think + 5, "truncated": trunc}
+
+
+def test_model_card_goals_from_eval_files(tmp_path):
+    from tools.train.chat_model_card import write_card
+    work, mdir = tmp_path / "w", tmp_path / "m"
+    (work / "eval").mkdir(parents=True)
+    mdir.mkdir()
+    think = {"low": 10.0, "high": 20.0, "max": 30.0}
+
+    def res(score, ended_writing):
+        return {d: {e: _cell(score, score, ended_writing if d == "writing" else 1.0, think[e],
+                             *((4, 1.0) if d == "agentic" else ())) for e in think} for d in ("agentic", "general", "writing")}
+    for name, sc, ew in (("mopd", 0.5, 0.9), ("sft", 0.4, 0.9), ("offpolicy", 0.3, 1.0), ("rl-max", 0.2, 1.0)):
+        (work / "eval" / f"{name}.json").write_text(json.dumps({"n_per_domain": 10, "max_tokens": 256,
+                                                                 "results": res(sc, ew)}))
+    (work / "eval" / "teacher-general-low.json").write_text(json.dumps(
+        {"results": {"general": {"low": _cell(0.6, 0.6, 1.0, 9.0)}}}))
+    (work / "ppl.json").write_text(json.dumps({"base": {"ppl": 70.0}, "chat": {"ppl": 77.0}}))
+    (work / "times.jsonl").write_text('{"stage": "x", "s": 120}\n')
+    (mdir / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 9}}))
+    card = write_card(work, mdir)
+    assert (mdir / "README.md").read_text() == card
+    assert "| ≥ 95% of turns end properly at every effort | low 96.7%, high 96.7%, max 96.7% | **met** |" in card
+    assert "| ≥ 95% of tool calls valid | 100.0% of 12 calls | **met** |" in card
+    assert "| mean thinking tokens low < high < max | 10.0 < 20.0 < 30.0 | **met** |" in card
+    assert "worst gap -10.0 points (general/low)" in card and "**not met** |" in card   # 0.5 vs teacher 0.6
+    assert "K3-mini **70.000**, K3-mini-chat **77.000** (+10.0%)" in card
+    assert "| **total** | **2.0** |" in card

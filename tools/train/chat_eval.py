@@ -51,14 +51,32 @@ def summarize(eps: Sequence[Episode]) -> dict[str, Any]:
     }
 
 
+def markdown_table(results: dict[str, Any]) -> str:
+    """evaluate()["results"] as a Markdown table, one row per domain x effort."""
+    def f(x: Any, pct: bool = True) -> str:
+        if x is None:
+            return "n/a"
+        return f"{100 * x:.1f}%" if pct else f"{x:.1f}"
+    rows = ["| domain | effort | accuracy | mean score | tool calls valid | turns ended | "
+            "thinking tokens mean / p95 |", "|---|---|---|---|---|---|---|"]
+    for d, per in results.items():
+        for eff, m in per.items():
+            calls = f"{f(m['tool_call_valid'])} of {m['tool_calls']}" if m["tool_calls"] else "n/a (no calls)"
+            rows.append(f"| {d} | {eff} | {f(m['accuracy'])} | {m['mean_score']:.3f} | {calls} | "
+                        f"{f(m['turns_ended'])} of {m['turns']} | {f(m['thinking_mean'], False)} / "
+                        f"{f(m['thinking_p95'], False)} |")
+    return "\n".join(rows)
+
+
 def evaluate(llm: Any, n: int, *, domains: Sequence[str] = ct.DOMAINS, efforts: Sequence[str] = ct.EFFORTS,
-             seed: int = 0, max_tokens: int = 160, max_turns: int = 4,
-             keep_episodes: int = 2) -> dict[str, Any]:
-    """{"results": {domain: {effort: metrics}}, "examples": [...]} on n held-out tasks each."""
+             seed: int = 0, max_tokens: int = 384, max_turns: int = 4,
+             keep_episodes: int = 2, split: str = "heldout") -> dict[str, Any]:
+    """{"results": {domain: {effort: metrics}}, "examples": [...]} on n tasks of `split` each
+    (held-out by default; "train" to compare checkpoints without looking at the held-out tasks)."""
     res: dict[str, Any] = {}
     examples = []
     for d in domains:
-        tasks = ct.make_tasks(d, "heldout", n, seed)
+        tasks = ct.make_tasks(d, split, n, seed)
         res[d] = {}
         for eff in efforts:
             eps = rollout(llm, tasks, eff, n_samples=1, temperature=0.0, max_tokens=max_tokens,
@@ -74,13 +92,15 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--n", type=int, default=40, help="held-out tasks per domain")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--split", default="heldout", choices=list(ct.SPLITS))
     ap.add_argument("--domains", default=",".join(ct.DOMAINS))
     ap.add_argument("--efforts", default=",".join(ct.EFFORTS))
-    ap.add_argument("--max-tokens", type=int, default=160, help="ids per assistant turn")
+    ap.add_argument("--max-tokens", type=int, default=384, help="ids per assistant turn")
     ap.add_argument("--max-turns", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n-parallel", type=int, default=8)
     ap.add_argument("--n-ctx", type=int, default=2048)
+    ap.add_argument("--markdown", action="store_true", help="print the results as a Markdown table")
     a = ap.parse_args()
     domains = [d for d in a.domains.split(",") if d]
     efforts = [e for e in a.efforts.split(",") if e]
@@ -94,11 +114,14 @@ def main() -> None:
     t0 = time.time()
     with k3.LLM(a.model, threads=a.threads, n_parallel=a.n_parallel, n_ctx=a.n_ctx) as llm:
         out = evaluate(llm, a.n, domains=domains, efforts=efforts, seed=a.seed, max_tokens=a.max_tokens,
-                       max_turns=a.max_turns)
-    out = {"model": a.model, "split": "heldout", "n_per_domain": a.n, "seed": a.seed, "greedy": True,
+                       max_turns=a.max_turns, split=a.split)
+    out = {"model": a.model, "split": a.split, "n_per_domain": a.n, "seed": a.seed, "greedy": True,
            "max_tokens": a.max_tokens, "max_turns": a.max_turns, "wall_s": round(time.time() - t0, 1), **out}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    if a.markdown:
+        print(markdown_table(out["results"]))
+        return
     for d, per in out["results"].items():
         for eff, m in per.items():
             print(f"{d:8s} {eff:4s} acc={m['accuracy']:.3f} score={m['mean_score']:.3f} "

@@ -146,12 +146,41 @@ def write_card(work: str | Path, mdir: str | Path) -> str:
                      f"{(sum(b0.values()) / len(b0)) if b0 else float('nan'):.1f} |")
     teacher_table = "\n".join(trows)
 
+    # reading the numbers: facts computed from the same files
+    sft_res = ev["sft"]["results"] if "sft" in ev else None
+    notes = []
+    low_cells = sorted(((stu[d][e]["turns_ended"], d, e) for d in DOMAINS for e in EFFORTS
+                        if stu[d][e]["turns_ended"] is not None and stu[d][e]["turns_ended"] < 0.95))
+    if low_cells:
+        cells = ", ".join(f"{d}/{e} {_pct(t)} ({stu[d][e]['truncated']} of {stu[d][e]['episodes']} episodes "
+                          f"cut at the id limit{'' if not sft_res else '; SFT ' + _pct(sft_res[d][e]['turns_ended'])})"
+                          for t, d, e in low_cells)
+        notes.append(f"Turns that do not end: {cells}. The cut turns are greedy repetition loops (the same "
+                     f"clause repeated until the {ev['mopd'].get('max_tokens', '?')}-id limit), already in the SFT "
+                     "model; the RL rollouts (temperature 1) ended almost always, so the format gate of the "
+                     "reward had nothing to correct there.")
+    if sft_res:
+        d_sc = [stu[d][e]["mean_score"] - sft_res[d][e]["mean_score"] for d in DOMAINS for e in EFFORTS]
+        notes.append(f"Task accuracy is the SFT stage's (sft_stage.md: the model does not yet use the question's "
+                     f"content); the student's mean score differs from the SFT model's by "
+                     f"{100 * min(d_sc):+.1f} to {100 * max(d_sc):+.1f} points per cell. With almost every "
+                     "sample scoring 0, the RL teachers learned from the format credit and the budget rule "
+                     "(the thinking tokens above) and stayed close to the SFT model, so MOPD had little to "
+                     "distil.")
+    its = [r for r in _read_jsonl(work / "mopd" / "mopd_log.jsonl") if "iter" in r]
+    if its and "reward_mean" in its[0]:
+        notes.append(f"MOPD: the mean per-token reward (clipped log π_teacher − log π_student over the sampled "
+                     f"tokens) went from {its[0]['reward_mean']:+.4f} at the first iteration to "
+                     f"{its[-1]['reward_mean']:+.4f} at the last ({len(its)} iterations); no token reached the "
+                     f"clip (largest clipped fraction {max(r['clipped_frac'] for r in its):.3f}).")
+    notes_md = "\n".join(f"- {n}" for n in notes) if notes else "- (no notes)"
+
     tl = "\n".join(f"| {t['stage']} | {t['s'] / 60:.1f} |" for t in times)
     rl0 = _read_jsonl(next(iter(sorted((work / "teachers").glob("*/rl_log.jsonl"))), Path("/nonexistent")))
     ra = rl0[0]["args"] if rl0 else {}
     mo = _read_jsonl(work / "mopd" / "mopd_log.jsonl")
     ma = mo[0]["args"] if mo else {}
-    teachers = sorted(p.parent.name for p in (work / "teachers").glob("*/model/config.json"))
+    teachers = sorted(p.parent.parent.name for p in (work / "teachers").glob("*/model/config.json"))
     bp, cp = ppl["base"]["ppl"], ppl["chat"]["ppl"]
     card = f"""# K3-mini-chat
 
@@ -190,6 +219,10 @@ interpolation. Turns ended: assistant turns that close the message and end with 
 
 {goals}
 
+## Reading the numbers
+
+{notes_md}
+
 ## Teachers vs student vs the alternatives (same held-out tasks, greedy)
 
 Pooled over the cells each model was evaluated on (a teacher only on its own domain and effort):
@@ -214,7 +247,9 @@ K3-mini **{bp:.3f}**, K3-mini-chat **{cp:.3f}** ({100 * (cp / bp - 1):+.1f}%).
 ## How it was made
 
 1. **SFT** (tools/train/sft.py): chat_tasks trajectories in the K3 chat format, loss on the ids the
-   assistant samples, KJV text batches mixed in; Muon + AdamW, MXFP4 QAT, Quantile Balancing.
+   assistant samples, KJV text batches mixed in; Muon + AdamW, MXFP4 QAT, Quantile Balancing. The
+   SFT stage's own card (data, its held-out numbers, a copy-batch second stage that was not kept)
+   is [sft_stage.md](sft_stage.md).
 2. **RL teachers** (tools/train/rl.py, losses in tools/train/post_losses.py): {len(teachers)} teachers
    ({', '.join(teachers)}), each from the SFT model on one (domain, effort). Rollouts are sampled
    by k3.cpp itself: every iteration the torch policy is exported (MXFP4 experts as published) and
@@ -245,7 +280,8 @@ Everything reruns from one script (from the repository root):
 tools/train/post_train_k3_mini_chat.sh build/k3-mini-chat-train
 ```
 
-Time on this machine kind (2 shared cores, one torch thread, k3.cpp with one thread), per stage:
+Time on this machine kind (2 cores, shared during this run with two other training jobs; one torch
+thread, k3.cpp with one thread), per stage:
 
 | stage | minutes |
 |---|---|
@@ -256,7 +292,7 @@ Time on this machine kind (2 shared cores, one torch thread, k3.cpp with one thr
 
 `config.json`, `model-0000k-of-000003.safetensors`, `model.safetensors.index.json`,
 `tiktoken.model`, `tokenizer_config.json` (as K3-mini), `chat_eval.json` (this model's held-out metrics),
-`eval_all.json` (every model of the comparison).
+`eval_all.json` (every model of the comparison), `sft_stage.md` (the card of the SFT stage).
 """
     (mdir / "README.md").write_text(card)
     return card

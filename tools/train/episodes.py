@@ -126,14 +126,16 @@ def _seed(seed: int, *parts: Any) -> int:
 
 def rollout(llm: Any, tasks: Sequence[ct.Task], effort: str, *, n_samples: int = 1,
             temperature: float = 1.0, max_tokens: int = 256, max_turns: int = 4, seed: int = 0,
-            top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0) -> list[Episode]:
+            top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
+            max_concurrent: int = 32) -> list[Episode]:
     """Runs n_samples episodes of every task at `effort` (chat_tasks.EFFORTS); returns them in
     the order task 0 sample 0, task 0 sample 1, ..., each scored with chat_tasks.score.
     All live episodes sample their next turn together (one engine request each, submitted at
     once, so the scheduler batches them up to the LLM's n_parallel). temperature 0: greedy.
     Sampling defaults (top_p 1, top_k 0, min_p 0) sample the model's distribution unchanged,
     which is what a policy-gradient trainer needs; each request's seed is a hash of (seed, task
-    id, sample, turn). max_tokens: ids per assistant turn. Raises ValueError for an unknown effort
+    id, sample, turn). max_tokens: ids per assistant turn. max_concurrent: requests in flight at
+    once (keep it <= the LLM's n_parallel + max_queue, or the engine raises QueueFullError). Raises ValueError for an unknown effort
     or n_samples < 1; engine errors raise k3.Error."""
     if effort not in ct.EFFORTS:
         raise ValueError(f"rollout: effort {effort!r} is not one of {ct.EFFORTS}")
@@ -157,7 +159,7 @@ def rollout(llm: Any, tasks: Sequence[ct.Task], effort: str, *, n_samples: int =
             return llm.generate([e.ids], max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                                 min_p=min_p, seed=_seed(seed, e.task.id, e.sample, turn))[0]
 
-        with ThreadPoolExecutor(max_workers=max(1, len(live))) as ex:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(live), max_concurrent))) as ex:
             comps = list(ex.map(sample, live))
         nxt = []
         for e, c in zip(live, comps):

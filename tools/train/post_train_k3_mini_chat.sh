@@ -5,7 +5,7 @@
 # Usage: tools/train/post_train_k3_mini_chat.sh [WORK_DIR]   (from the repository root, after
 #        tools/train/train_k3_mini.sh's models/k3-mini and a build of `k3` and the k3_python target)
 # SFT_CKPT=PATH reuses an SFT checkpoint (train.py format) instead of running the SFT stage.
-# Sizes (env): MAX_TOKENS, SFT_MINUTES, RL_ITERS, RL_MINUTES (per teacher), RL_LR (RL and MOPD), MOPD_ITERS, EVAL_N.
+# Sizes (env): MAX_TOKENS, SFT_MINUTES, RL_ITERS, RL_POOL (train tasks per domain with a b0), RL_MINUTES (per teacher), RL_LR (RL and MOPD), MOPD_ITERS, EVAL_N.
 # A rerun with the same WORK_DIR skips the stages whose output exists (times.jsonl keeps appending).
 # Threads: 1 everywhere (torch, OpenBLAS, k3.LLM); the time of each stage goes to WORK/times.jsonl.
 set -euo pipefail
@@ -18,6 +18,7 @@ TOK=models/k3-mini/tiktoken.model
 RL_ITERS=${RL_ITERS:-4}
 RL_MINUTES=${RL_MINUTES:-5}
 RL_LR=${RL_LR:-1e-4}
+RL_POOL=${RL_POOL:-16}
 MOPD_ITERS=${MOPD_ITERS:-8}
 EVAL_N=${EVAL_N:-30}
 # Ids per assistant turn (rollouts and eval): a tool call in the chat format costs ~110 ids and max
@@ -50,7 +51,7 @@ else
   stage sft "$WORK/sft/trained.pt" $PY -m tools.train.sft --base models/k3-mini --out "$WORK/sft" --minutes "${SFT_MINUTES:-22}"
   SFT=$WORK/sft/trained.pt
 fi
-RLARGS=(--iters "$RL_ITERS" --max-minutes "$RL_MINUTES" --pool 16 --tasks-per-iter 4 --n-samples 4 --lr "$RL_LR" --max-tokens "$MAX_TOKENS")
+RLARGS=(--iters "$RL_ITERS" --max-minutes "$RL_MINUTES" --pool "$RL_POOL" --tasks-per-iter 4 --n-samples 4 --lr "$RL_LR" --max-tokens "$MAX_TOKENS")
 for d in agentic general writing; do
   for e in low high max; do
     stage "teacher $d/$e" "$WORK/teachers/$d-$e/model/config.json" $PY -m tools.train.rl --init "$SFT" --tokenizer $TOK --domains $d --efforts $e \
@@ -66,7 +67,7 @@ stage "alternative: off-policy distillation" "$WORK/offpolicy/model/config.json"
   --teachers "$WORK/teachers.json" --out "$WORK/offpolicy" --mode offpolicy "${MARGS[@]}"
 stage "alternative: RL at max only" "$WORK/rl-max/model/config.json" $PY -m tools.train.rl --init "$SFT" --tokenizer $TOK \
   --domains agentic,general,writing --efforts max --out "$WORK/rl-max" --seed 3 \
-  --iters "$RL_ITERS" --max-minutes "$((RL_MINUTES * 3))" --pool 16 --tasks-per-iter 2 --n-samples 4 --lr "$RL_LR" --max-tokens "$MAX_TOKENS"
+  --iters "$RL_ITERS" --max-minutes "$((RL_MINUTES * 3))" --pool "$RL_POOL" --tasks-per-iter 2 --n-samples 4 --lr "$RL_LR" --max-tokens "$MAX_TOKENS"
 $PY -c "import sys; from tools.train.rl import load_policy, export_policy
 m, c = load_policy(sys.argv[1]); export_policy(m, c, sys.argv[2], sys.argv[3])" "$SFT" $TOK "$WORK/sft-model"
 ev() { $PY -m tools.train.chat_eval --n "$EVAL_N" --n-parallel 8 --max-tokens "$MAX_TOKENS" "$@"; }

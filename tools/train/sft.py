@@ -12,6 +12,10 @@ for each assistant message, the ids after its generation prompt
 the model samples. Tool results, the tool declaration, the effort and user messages are context.
 Plain KJV text (train split: Genesis..Jude, the pretraining text, never Revelation) is mixed in
 as whole-sequence LM batches (--text-every) so the base text perplexity is kept.
+Copy batches (--copy-every): KJV train passages of 24..100 tokens written twice (or, for a
+--copy-random fraction, KJV tokens drawn at random positions), loss on the second copy: plain-text practice at copying from the context, which the agentic tasks need (tool
+arguments from the question, answers from tool results).
+--init continues from an earlier stage's trained.pt (the K3-mini-chat pipeline runs two stages).
 Batches: examples sorted by length and grouped up to --tokens-per-batch (right padding with
 [PAD], masked out of the loss and of Quantile Balancing).
 Training as pretraining (tools/train/train.py): per-head Muon + AdamW, MXFP4 QAT of the routed
@@ -106,14 +110,22 @@ def main() -> None:
     ap.add_argument("--base", default="models/k3-mini")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--agentic", type=int, default=900, help="train tasks (one effort each)")
-    ap.add_argument("--general", type=int, default=1200)
-    ap.add_argument("--writing", type=int, default=900)
+    ap.add_argument("--agentic", type=int, default=700, help="train tasks (one effort each)")
+    ap.add_argument("--general", type=int, default=1000)
+    ap.add_argument("--writing", type=int, default=700)
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--tokens-per-batch", type=int, default=2048)
     ap.add_argument("--text-every", type=int, default=4, help="one KJV text batch after every N chat batches")
     ap.add_argument("--text-seq", type=int, default=256)
+    ap.add_argument("--copy-every", type=int, default=0,
+                    help="one copy batch after every N chat batches (0: none): KJV passages written twice, "
+                         "loss on the second copy (teaches the model to copy from its context)")
+    ap.add_argument("--copy-random", type=float, default=0.0,
+                    help="fraction of copy sequences made of KJV tokens drawn at random positions (no "
+                         "n-gram structure, so only copying lowers their loss) instead of a passage")
+    ap.add_argument("--init", default=None,
+                    help="start from this trained.pt (an earlier SFT stage) instead of --base's weights")
     ap.add_argument("--minutes", type=float, default=22.0, help="wall-time budget of the training loop")
     ap.add_argument("--max-steps", type=int, default=10**9)
     ap.add_argument("--log-every", type=int, default=10)
@@ -131,6 +143,9 @@ def main() -> None:
     enc = load_encoding(Path(a.base) / "tiktoken.model")
     text = np.array(enc.encode_ordinary(kjv_train_text()), dtype=np.int64)
     model, tc = load_teacher(a.base)
+    if a.init:
+        ck = torch.load(a.init)
+        model.load_state_dict(ck["state_dict"])
     for moe in model.moe_layers():
         moe.qat = True
     model.train()
@@ -166,6 +181,21 @@ def main() -> None:
         m[:, 0] = False
         return ids, m
 
+    def copy_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        lens = nrng.integers(24, 101, size=max(1, a.tokens_per_batch // 201))
+        T = 2 * int(lens.max())
+        ids = torch.full((len(lens), T), pad, dtype=torch.int64)
+        m = torch.zeros((len(lens), T), dtype=torch.bool)
+        for j, L in enumerate(lens.tolist()):
+            if nrng.random() < a.copy_random:
+                p = torch.from_numpy(text[nrng.integers(0, len(text), size=L)])
+            else:
+                s0 = int(nrng.integers(0, len(text) - L - 1))
+                p = torch.from_numpy(text[s0:s0 + L])
+            ids[j, :L], ids[j, L:2 * L] = p, p
+            m[j, L:2 * L] = True
+        return ids, m
+
     t0 = time.time()
     step, epoch, ema = 0, 0, {}
     queue: list[list[int]] = []
@@ -178,9 +208,12 @@ def main() -> None:
             queue = make_batches(examples, a.tokens_per_batch, rng)
             rng.shuffle(queue)
             epoch += 1
-        if a.text_every > 0 and n_chat and n_chat % a.text_every == 0 and ema.get("_last") != "text":
+        if a.text_every > 0 and n_chat and n_chat % a.text_every == 0 and ema.get("_last") == "chat":
             ids, m = text_batch()
             kind = "text"
+        elif a.copy_every > 0 and n_chat and n_chat % a.copy_every == 0 and ema.get("_last") in ("chat", "text"):
+            ids, m = copy_batch()
+            kind = "copy"
         else:
             ids, m = chat_batch(queue.pop())
             kind = "chat"
@@ -207,6 +240,7 @@ def main() -> None:
         if step % a.log_every == 0:
             print(json.dumps({"step": step, "epoch": epoch, "kind": kind, "loss": round(lv, 4),
                               "ema_chat": round(ema.get("chat", 0.0), 4), "ema_text": round(ema.get("text", 0.0), 4),
+                              "ema_copy": round(ema.get("copy", 0.0), 4),
                               "lr": round(lr, 6), "shape": list(ids.shape),
                               "elapsed_s": round(time.time() - t0, 1)}), file=log, flush=True)
         step += 1

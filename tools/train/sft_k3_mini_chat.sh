@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# K3-mini-chat, the SFT stage (issue 23): chat-task SFT of models/k3-mini -> fp32 state in WORK
+# K3-mini-chat, the SFT stage (issue 23): chat-task SFT of models/k3-mini -> fp32 state in
+# WORK/trained.pt
 # -> export (bf16 trunk, MXFP4 experts) to models/k3-mini-chat -> k3 info --check -> perplexity of
 # K3-mini's held-out text before / after -> greedy held-out chat evaluation (chat_eval.json).
 # Usage: tools/train/sft_k3_mini_chat.sh [WORK_DIR]   (run from the repository root, after the build)
@@ -24,7 +25,11 @@ if [ "$K3_OPENBLAS_DIR" != none ] && [ -d "$K3_OPENBLAS_DIR" ]; then
 fi
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=.
 date -u +"start %FT%TZ"
-$PY -m tools.train.sft --base models/k3-mini --out "$WORK" --minutes "$MINUTES"
+# All domains and efforts, KJV text mixed in (the model card's run). The copy-batch second stage
+# the card describes (not kept) is: sft.py --init WORK/trained.pt --seed 99 --agentic 1500
+# --general 300 --writing 200 --copy-every 1 --copy-random 0.5 --minutes 36.
+$PY -m tools.train.sft --base models/k3-mini --out "$WORK" --minutes "$MINUTES" \
+    --seed 1234 --agentic 700 --general 1000 --writing 700
 $PY -m tools.train.export --work "$WORK" --out "$OUT"
 cmp models/k3-mini/tiktoken.model "$OUT/tiktoken.model"
 cmp models/k3-mini/tokenizer_config.json "$OUT/tokenizer_config.json"
