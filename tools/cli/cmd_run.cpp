@@ -4,7 +4,10 @@
 // End-of-run stats go to stderr. --json prints one JSON object instead (for scripts/tests).
 // --image FILE (repeatable): the images and the prompt text become one user turn of the K3 chat
 // format (runtime/image_prompt.h; --no-think renders it with thinking off); the vision tower's
-// embeddings enter the model at the <|media_pad|> positions.
+// embeddings enter the model at the <|media_pad|> positions. The continuation is then an
+// assistant turn: stdout gets its response channel (the answer, markup stripped by
+// runtime/chat_stream.h), stderr its think channel (prefixed "thinking: "); --json keeps the raw
+// `text` and adds `reasoning` and `content`.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -28,6 +31,7 @@
 #include "runtime/loaded_model.h"
 #include "runtime/nonfinite.h"
 #include "runtime/stats.h"
+#include "runtime/chat_stream.h"
 #include "tokenizer/stream_decoder.h"
 
 namespace {
@@ -181,13 +185,39 @@ void run(const RunOptions& o) {
       progress.finish();
       const std::string shown = o.prompt_ids.empty() ? prompt_text : tok.decode(prompt, true);
       std::fwrite(shown.data(), 1, shown.size(), stdout);
+      if (!o.images.empty()) std::fputc('\n', stdout);  // the user turn, then the assistant's answer
       std::fflush(stdout);
     };
   }
+  // --image: the continuation is an assistant turn, shown by channel (answer on stdout).
+  std::optional<k3::ChatStream> turn;
+  if (!o.images.empty()) turn.emplace(tok, /*prompt_opened_think=*/!o.no_think);
+  std::string reasoning, content;
+  bool reasoning_open = false;  // "thinking: " printed, its line not ended
+  auto show_turn = [&](const std::vector<k3::ChatPiece>& pieces) {
+    for (const k3::ChatPiece& p : pieces) {
+      if (p.channel == k3::ChatChannel::Reasoning) {
+        reasoning += p.text;
+        if (o.json || p.text.empty()) continue;
+        if (!reasoning_open) std::fputs("thinking: ", stderr);
+        reasoning_open = true;
+        std::fwrite(p.text.data(), 1, p.text.size(), stderr);
+      } else if (p.channel == k3::ChatChannel::Content) {
+        content += p.text;
+        if (o.json || p.text.empty()) continue;
+        if (reasoning_open) std::fputc('\n', stderr);
+        reasoning_open = false;
+        std::fwrite(p.text.data(), 1, p.text.size(), stdout);
+        std::fflush(stdout);
+      }
+    }
+  };
   auto on_token = [&](int32_t id) {
     const std::string piece = dec.push(id);
     text += piece;
-    if (!o.json && !piece.empty()) {
+    if (turn) {
+      show_turn(turn->push(id));
+    } else if (!o.json && !piece.empty()) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
@@ -200,8 +230,13 @@ void run(const RunOptions& o) {
     if (!o.json) std::fputc('\n', stdout);
     throw k3::Error(k3::explain_forward_error(e, *lm.model, prompt));
   }
-  const std::string tail = dec.flush();
+  std::string tail = dec.flush();
   text += tail;
+  if (turn) {
+    show_turn(turn->flush());
+    if (reasoning_open) std::fputc('\n', stderr);
+    tail.clear();  // shown by channel above
+  }
   if (!o.state_save.empty()) {  // under N ranks each rank writes its own piece (Model::state_file)
     k3::SequenceFileMeta meta;
     meta.fingerprint = fingerprint;
@@ -235,6 +270,10 @@ void run(const RunOptions& o) {
     j["prompt_ids"] = prompt;
     j["ids"] = r.ids;
     j["text"] = text;
+    if (turn) {
+      j["reasoning"] = reasoning;
+      j["content"] = content;
+    }
     j["stop"] = k3::stop_reason_name(r.stop);
     j["stop_id"] = r.stop_id;
     j["seed"] = sp.seed;
