@@ -57,6 +57,22 @@ def test_k3_run_describes_the_picture(picture):
     assert f"response<|sep|>{PICTURES[picture]['describe']}<|close|>response" in text, text
 
 
+def test_k3_run_prints_the_answer_by_channel():
+    """Without --json, `k3 run --image` prints the user text, then the answer alone on stdout (no
+    chat markup); --json adds the parsed channels beside the raw text."""
+    r = subprocess.run([K3, "run", "-m", str(DEMO), "--image", str(EX / "three_red_circles.png"), "-p",
+                        QUESTIONS["describe"], "--temp", "0", "-n", "24", "-t", "2", "--no-stats"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"{QUESTIONS['describe']}\n{PICTURES['three_red_circles.png']['describe']}\n", r.stdout
+    assert "<|" not in r.stderr, r.stderr  # the (empty) thinking prints nothing
+    r = subprocess.run([K3, "run", "-m", str(DEMO), "--image", str(EX / "three_red_circles.png"), "-p",
+                        QUESTIONS["describe"], "--temp", "0", "-n", "24", "-t", "2", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    j = json.loads(r.stdout)
+    assert j["content"] == PICTURES["three_red_circles.png"]["describe"] and j["reasoning"] == "", j
+
+
 @pytest.mark.parametrize("qtype", ["colour", "shape", "count"])
 def test_k3_run_answers_colour_shape_count(qtype):
     for picture in ("three_red_circles.png", "two_green_triangles.png"):
