@@ -230,11 +230,13 @@ py::object next_event(k3::SeqHandle& h, double timeout_s) {
 
 PYBIND11_MODULE(_k3, m) {
   m.doc() = "k3.cpp engine bindings (use the k3 package: k3.LLM)";
+  // Types, exceptions and translators are local to this module (py::module_local): a second copy of
+  // _k3 in the same process (an installed package beside the build tree's) registers its own.
   // Translators run most recent first: QueueFullError before its base k3::Error.
-  static py::exception<k3::Error>& error = py::register_exception<k3::Error>(m, "Error", PyExc_RuntimeError);
-  py::register_exception<k3::QueueFullError>(m, "QueueFullError", error.ptr());
+  static py::exception<k3::Error>& error = py::register_local_exception<k3::Error>(m, "Error", PyExc_RuntimeError);
+  py::register_local_exception<k3::QueueFullError>(m, "QueueFullError", error.ptr());
   // nlohmann's parse errors of chat JSON are input errors too.
-  py::register_exception_translator([](std::exception_ptr p) {
+  py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const nlohmann::json::exception& e) {
@@ -242,7 +244,7 @@ PYBIND11_MODULE(_k3, m) {
     }
   });
 
-  py::class_<EngineOptions>(m, "EngineOptions")
+  py::class_<EngineOptions>(m, "EngineOptions", py::module_local())
       .def(py::init<>())
       .def_readwrite("n_ctx", &EngineOptions::n_ctx)
       .def_readwrite("n_parallel", &EngineOptions::n_parallel)
@@ -252,7 +254,7 @@ PYBIND11_MODULE(_k3, m) {
       .def_readwrite("cache_ram_mib", &EngineOptions::cache_ram_mib)
       .def_readwrite("prefill_chunk", &EngineOptions::prefill_chunk);
 
-  py::class_<k3::SamplerParams>(m, "SamplerParams")
+  py::class_<k3::SamplerParams>(m, "SamplerParams", py::module_local())
       .def(py::init<>())
       .def_readwrite("temp", &k3::SamplerParams::temp)
       .def_readwrite("top_k", &k3::SamplerParams::top_k)
@@ -265,18 +267,18 @@ PYBIND11_MODULE(_k3, m) {
       .def_readwrite("seed", &k3::SamplerParams::seed)
       .def("validate", &k3::SamplerParams::validate);
 
-  py::class_<k3::SeqHandle, std::shared_ptr<k3::SeqHandle>>(m, "SeqHandle")
+  py::class_<k3::SeqHandle, std::shared_ptr<k3::SeqHandle>>(m, "SeqHandle", py::module_local())
       .def("next", &next_event, py::arg("timeout_s"))
       .def("cancel", &k3::SeqHandle::cancel)
       .def("cancelled", &k3::SeqHandle::cancelled);
 
-  py::class_<k3::StreamDecoder>(m, "StreamDecoder")
+  py::class_<k3::StreamDecoder>(m, "StreamDecoder", py::module_local())
       .def(py::init([](const Engine& e) { return k3::StreamDecoder(e.tok(), /*skip_special=*/true); }),
            py::arg("engine"), py::keep_alive<1, 2>())
       .def("push", &k3::StreamDecoder::push)
       .def("flush", &k3::StreamDecoder::flush);
 
-  py::class_<Engine>(m, "Engine")
+  py::class_<Engine>(m, "Engine", py::module_local())
       .def(py::init<const std::filesystem::path&, const EngineOptions&>(), py::arg("model_dir"), py::arg("options"),
            py::call_guard<py::gil_scoped_release>())
       .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("special"), py::call_guard<py::gil_scoped_release>())

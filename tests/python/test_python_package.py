@@ -70,13 +70,21 @@ def venv(tmp_path_factory):
 def k3(venv):
     """The installed package, imported into this process (from the venv, not the source tree)."""
     _, purelib = venv
+    # Other test files may have imported k3 from the source tree (tools/train/k3_import.py):
+    # set their modules aside so this import finds the installed package, and put them back after.
+    saved = {n: m for n, m in sys.modules.items() if n == "k3" or n.startswith("k3.")}
+    for n in saved:
+        del sys.modules[n]
     sys.path.insert(0, purelib)
     try:
         import k3 as mod
     finally:
         sys.path.remove(purelib)
     assert os.path.dirname(mod.__file__) == os.path.join(purelib, "k3"), mod.__file__
-    return mod
+    yield mod
+    for n in [n for n in sys.modules if n == "k3" or n.startswith("k3.")]:
+        del sys.modules[n]
+    sys.modules.update(saved)
 
 
 @pytest.fixture(scope="module")
