@@ -43,6 +43,26 @@ def test_splits_disjoint():
     assert ct.split_of_key("Revelation 1:1") == "heldout"
 
 
+def test_book_facts_and_openings_never_cross_the_split():
+    """"after X" and its mirror "before Y" (X, Y neighbours) are one fact: same split. A "which
+    book" opening names exactly one verse, so its answer is unique and its split is that verse's."""
+    general = {s: ct.make_tasks("general", s, 400, 3) for s in ct.SPLITS}
+    facts = {s: set() for s in ct.SPLITS}
+    for s, tasks in general.items():
+        for t in tasks:
+            if t.meta["kind"] == "after":
+                facts[s].add((t.meta["book"], t.answer))
+            elif t.meta["kind"] == "before":
+                facts[s].add((t.answer, t.meta["book"]))
+            elif t.meta["kind"] == "book_of":
+                opening = t.messages[0]["content"].split('"')[1]
+                starts = [v for v in ct.verses() if v.text.startswith(opening + " ") or v.text == opening]
+                assert [v.book for v in starts] == [t.answer], (opening, [v.ref for v in starts])
+    assert facts["train"] and facts["heldout"] and not facts["train"] & facts["heldout"]
+    for i in range(len(ct.BOOKS) - 1):  # after BOOKS[i] and before BOOKS[i + 1]: one key
+        assert ct._pair_key(i) == f"adjacent {ct.BOOKS[i]}|{ct.BOOKS[i + 1]}"
+
+
 def test_executor_results_and_errors():
     assert ct.execute_tool("lookup_verse", {"book": "Genesis", "chapter": 1, "verse": 3}) == \
         "Genesis 1:3 And God said, Let there be light: and there was light."

@@ -26,8 +26,7 @@ from tools.train import chat_tasks as ct  # noqa: E402
 K3 = os.environ.get("K3_BIN", os.path.join(os.environ.get("K3_ROOT", ROOT), "build", "tools", "cli", "k3"))
 CHAT = os.path.join(ROOT, "models", "k3-mini-chat")
 
-pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(CHAT, "config.json")),
-                                reason="models/k3-mini-chat missing")
+assert os.path.exists(os.path.join(CHAT, "config.json")), f"{CHAT}: the committed chat model is missing"
 
 
 def heldout(domain, kind, n):
@@ -71,14 +70,16 @@ def test_thinking_grows_with_effort_and_turns_end(llm):
 
 
 def test_k3_chat_answers_and_ends_its_turn():
-    r = subprocess.run([K3, "chat", "-m", CHAT, "--effort", "low", "-n", "128", "--temp", "0", "-t", "1"],
+    r = subprocess.run([K3, "chat", "-m", CHAT, "--effort", "low", "-n", "128", "--temp", "0", "-t", "1",
+                        "--numerics", "exact"],
                        input=b"Which book comes after Ruth?\n", capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = r.stdout.decode()
     assert "<think>" in out and "</think>" in out, out
     assert "answer ended inside its thinking" not in out and "cut at the -n limit" not in out, out
     answer = out.split("</think>", 1)[1].strip()
-    assert answer, out
+    # the answer is a book name (the model's greedy answer is wrong today: see its card)
+    assert answer.splitlines()[0].rstrip(".") in ct.BOOKS, out
 
 
 @pytest.fixture(scope="module")

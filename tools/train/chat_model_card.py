@@ -17,6 +17,7 @@ from typing import Any, Optional
 DOMAINS = ("agentic", "general", "writing")
 EFFORTS = ("low", "high", "max")
 FEW_POINTS = 0.05          # "within a few points": 5 percentage points of accuracy
+TRIVIAL_ACCURACY = 0.1     # teachers below this accuracy on their own cell make the gap goal empty
 
 
 def _read_jsonl(p: Path) -> list[dict]:
@@ -92,6 +93,9 @@ def write_card(work: str | Path, mdir: str | Path) -> str:
     worst = min(gaps.items(), key=lambda kv: kv[1]) if gaps else None
     gap_ok = worst is not None and worst[1] >= -FEW_POINTS
     yes = lambda ok: "**met**" if ok else "**not met**"  # noqa: E731
+    # the gap goal says nothing when the teachers themselves score about nothing
+    best_teacher = max((t["accuracy"] for t in _teacher_cells(ev).values()), default=None)
+    trivial = best_teacher is not None and best_teacher < TRIVIAL_ACCURACY
     goals = "\n".join([
         "| goal | measured (MOPD student, held-out, greedy) | |", "|---|---|---|",
         "| ≥ 95% of turns end properly at every effort | " +
@@ -101,7 +105,8 @@ def write_card(work: str | Path, mdir: str | Path) -> str:
         f"| student within {100 * FEW_POINTS:.0f} points of each teacher on its own cell (mean score) | "
         + (f"worst gap {100 * worst[1]:+.1f} points ({worst[0][0]}/{worst[0][1]}); "
            + ", ".join(f"{d}/{e} {100 * g:+.1f}" for (d, e), g in sorted(gaps.items())) if worst else "no teacher eval")
-        + f" | {yes(gap_ok)} |",
+        + (f" | **met only trivially**: no teacher is right on more than {_pct(best_teacher)} of its own cell |"
+           if gap_ok and trivial else f" | {yes(gap_ok)} |"),
     ])
 
     # summary: every model pooled over its cells
@@ -296,6 +301,17 @@ thread, k3.cpp with one thread), per stage:
 """
     (mdir / "README.md").write_text(card)
     return card
+
+
+def _teacher_cells(ev: dict) -> dict:
+    """(domain, effort) -> the teacher of that cell's held-out result on its own cell."""
+    out = {}
+    for d in DOMAINS:
+        for e in EFFORTS:
+            t = ev.get(f"teacher-{d}-{e}")
+            if t and d in t["results"] and e in t["results"][d]:
+                out[(d, e)] = t["results"][d][e]
+    return out
 
 
 def main() -> None:

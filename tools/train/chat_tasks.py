@@ -2,11 +2,14 @@
 the King James Bible K3-mini was trained on (Debian's bible-kjv, the source of tools/train/data.py).
 
 Split (train / held-out), kept apart by construction: every task is built on one or more *keys*
-(a verse reference "Genesis 1:3" or a book name "Ruth"). A key is held-out when it lies in
+(a verse reference "Genesis 1:3", a book question "chapters Ruth", or a pair of neighbouring books
+"adjacent Ruth|1 Samuel", the one key of both "Which book comes after Ruth?" and "Which book comes
+before 1 Samuel?", which state the same fact). A key is held-out when it lies in
 Revelation (K3-mini's held-out book, whose perplexity measures the base text) or when
 sha256(key) mod 5 == 0; otherwise it is train. A task is in a split only if all its keys are; a
 task whose keys straddle the splits is never generated. So no held-out task shares a verse or a
-book question with a train task.
+book fact with a train task. A "which book is this verse from" opening (8 words) is used only when
+exactly one verse starts with it.
 
 Domains (DOMAINS):
 - agentic: questions answered with the tools TOOLS (OpenAI declarations) run by execute_tool:
@@ -318,21 +321,39 @@ def _agentic(split: str, rng: random.Random) -> Optional[Task]:
                phrase=phrase)
 
 
+def _pair_key(i: int) -> str:
+    """The split key of the neighbouring books BOOKS[i], BOOKS[i + 1]."""
+    return f"adjacent {BOOKS[i]}|{BOOKS[i + 1]}"
+
+
+@functools.lru_cache(maxsize=1)
+def _opening_counts() -> dict[str, int]:
+    """How many verses start with each 8-word opening."""
+    counts: dict[str, int] = {}
+    for v in verses():
+        w = v.text.split()
+        if len(w) >= 8:
+            o = " ".join(w[:8])
+            counts[o] = counts.get(o, 0) + 1
+    return counts
+
+
 def _general(split: str, rng: random.Random) -> Optional[Task]:
     kind = rng.choice(("after", "before", "chapters", "book_of"))
     if kind in ("after", "before", "chapters"):
         i = rng.randrange(len(BOOKS))
         b = BOOKS[i]
         if kind == "after":
-            if i + 1 >= len(BOOKS) or split_of_key(f"after {b}") != split:
+            # "after X" and "before Y" state one fact of the pair (X, Y): one key for both
+            if i + 1 >= len(BOOKS) or split_of_key(_pair_key(i)) != split:
                 return None
-            return _mk("general", kind, split, [f"after {b}"], f"Which book comes after {b}?",
-                       BOOKS[i + 1], False)
+            return _mk("general", kind, split, [_pair_key(i)], f"Which book comes after {b}?",
+                       BOOKS[i + 1], False, book=b)
         if kind == "before":
-            if i == 0 or split_of_key(f"before {b}") != split:
+            if i == 0 or split_of_key(_pair_key(i - 1)) != split:
                 return None
-            return _mk("general", kind, split, [f"before {b}"], f"Which book comes before {b}?",
-                       BOOKS[i - 1], False)
+            return _mk("general", kind, split, [_pair_key(i - 1)], f"Which book comes before {b}?",
+                       BOOKS[i - 1], False, book=b)
         if split_of_key(f"chapters {b}") != split:
             return None
         return _mk("general", kind, split, [f"chapters {b}"],
@@ -342,6 +363,8 @@ def _general(split: str, rng: random.Random) -> Optional[Task]:
     if len(w) < 8:
         return None
     opening = " ".join(w[:8])
+    if _opening_counts()[opening] != 1:  # the opening must name one verse (so one book, one split)
+        return None
     return _mk("general", kind, split, [v.ref], f"Which book is this verse from: \"{opening}\"?",
                v.book, False, verse=v.index)
 
@@ -456,7 +479,7 @@ def sft_trajectory(task: Task, effort: str) -> list[dict[str, Any]]:
         return msgs
     if task.domain == "general":
         if kind in ("after", "before"):
-            b = task.meta["keys"][0].split(" ", 1)[1]
+            b = task.meta["book"]
             think = [f"The book {kind} {b} is {ans}.", f"The books go in order, and {ans} is right {kind} {b}.",
                      "I answer with the name of the book only."]
         elif kind == "chapters":
