@@ -127,8 +127,9 @@ def _render(effort):
     return [int(t) for t in r.stdout.split()]
 
 
-@pytest.mark.skipif(not os.path.exists(K3) or not (MINI / "config.json").exists(), reason="k3 binary or K3-mini missing")
 def test_effort_conditioning_differs_exactly_in_the_effort_message():
+    assert os.path.exists(K3), f"k3 binary not found at {K3} (scripts/setup.sh builds it)"
+    assert (MINI / "config.json").exists(), f"{MINI}: missing"
     enc = load_encoding(MINI / "tiktoken.model")
     base = _render("none")                                  # the same conversation with no effort message
     renders = {e: _render(e) for e in pl.EFFORTS}

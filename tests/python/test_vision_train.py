@@ -88,8 +88,8 @@ def test_torch_tower_equals_engine(random_tower, tmp_path, size):
     assert rel < TOL
 
 
-@pytest.mark.skipif(not DEMO.exists(), reason="models/k3-mini-vision not committed")
 def test_demo_tower_equals_engine(tmp_path):
+    assert (DEMO / "config.json").exists(), f"{DEMO}: the committed demo model is missing"
     _, t = kc.read_checkpoint(str(DEMO), include_extra=True)
     import json
     vc = json.loads((DEMO / "config.json").read_text())["vision_config"]
