@@ -24,19 +24,7 @@ EVAL_N=${EVAL_N:-30}
 # Ids per assistant turn (rollouts and eval): a tool call in the chat format costs ~110 ids and max
 # effort thinks ~60, so 160 cuts agentic max-effort turns short.
 MAX_TOKENS=${MAX_TOKENS:-256}
-# OpenBLAS as in train_k3_mini.sh (Debian's torch links the slow netlib BLAS).
-if [ -z "${K3_OPENBLAS_DIR:-}" ]; then
-  ob="$WORK/openblas"
-  if [ ! -d "$ob/usr/lib/x86_64-linux-gnu/openblas-pthread" ]; then
-    mkdir -p "$ob" && (cd "$ob" && apt-get download -qq libopenblas0-pthread >/dev/null &&
-      dpkg-deb -x libopenblas0-pthread_*.deb .) || echo "post-train: could not fetch OpenBLAS; using netlib BLAS (slow)"
-  fi
-  K3_OPENBLAS_DIR="$ob/usr/lib/x86_64-linux-gnu/openblas-pthread"
-fi
-if [ "$K3_OPENBLAS_DIR" != none ] && [ -d "$K3_OPENBLAS_DIR" ]; then
-  export LD_LIBRARY_PATH=$K3_OPENBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=.
+. tools/train/openblas_env.sh  # OpenBLAS for torch, one thread, PYTHONPATH=.
 stage() {  # stage NAME DONE_FILE CMD...: runs CMD unless DONE_FILE exists (a rerun resumes);
            # appends {"stage", "s"} to WORK/times.jsonl
   local name=$1 done_file=$2 t=$SECONDS; shift 2

@@ -12,18 +12,7 @@ OUT=models/k3-mini-chat
 PY=${PY:-.venv/bin/python}
 K3=${K3_BIN:-build/tools/cli/k3}
 MINUTES=${K3_SFT_MINUTES:-22}
-if [ -z "${K3_OPENBLAS_DIR:-}" ]; then
-  ob="$WORK/openblas"
-  if [ ! -d "$ob/usr/lib/x86_64-linux-gnu/openblas-pthread" ]; then
-    mkdir -p "$ob" && (cd "$ob" && apt-get download -qq libopenblas0-pthread >/dev/null &&
-      dpkg-deb -x libopenblas0-pthread_*.deb .) || echo "sft: could not fetch OpenBLAS; using netlib BLAS (slow)"
-  fi
-  K3_OPENBLAS_DIR="$ob/usr/lib/x86_64-linux-gnu/openblas-pthread"
-fi
-if [ "$K3_OPENBLAS_DIR" != none ] && [ -d "$K3_OPENBLAS_DIR" ]; then
-  export LD_LIBRARY_PATH=$K3_OPENBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=.
+. tools/train/openblas_env.sh  # OpenBLAS for torch, one thread, PYTHONPATH=.
 date -u +"start %FT%TZ"
 # All domains and efforts, KJV text mixed in (the model card's run). The copy-batch second stage
 # the card describes (not kept) is: sft.py --init WORK/trained.pt --seed 99 --agentic 1500

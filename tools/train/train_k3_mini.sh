@@ -11,20 +11,7 @@ mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd)
 OUT=models/k3-mini
 PY=${PY:-.venv/bin/python}
 STEPS=${K3_MINI_STEPS:-360}
-# Without K3_OPENBLAS_DIR, Debian's libopenblas0-pthread package is downloaded (apt-get download,
-# no system change) and unpacked under the work dir; K3_OPENBLAS_DIR=none keeps netlib BLAS.
-if [ -z "${K3_OPENBLAS_DIR:-}" ]; then
-  ob="$WORK/openblas"
-  if [ ! -d "$ob/usr/lib/x86_64-linux-gnu/openblas-pthread" ]; then
-    mkdir -p "$ob" && (cd "$ob" && apt-get download -qq libopenblas0-pthread >/dev/null &&
-      dpkg-deb -x libopenblas0-pthread_*.deb .) || echo "train: could not fetch OpenBLAS; using netlib BLAS (slow)"
-  fi
-  K3_OPENBLAS_DIR="$ob/usr/lib/x86_64-linux-gnu/openblas-pthread"
-fi
-if [ "$K3_OPENBLAS_DIR" != none ] && [ -d "$K3_OPENBLAS_DIR" ]; then
-  export LD_LIBRARY_PATH=$K3_OPENBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=.
+. tools/train/openblas_env.sh  # OpenBLAS for torch, one thread, PYTHONPATH=.
 mkdir -p "$WORK" "$OUT"
 date -u +"start %FT%TZ"
 $PY -m tools.train.data "$WORK"

@@ -10,17 +10,7 @@ mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd)
 OUT=models/k3-mini-vision
 PY=${PY:-.venv/bin/python}
 K3=${K3_BIN:-build/tools/cli/k3}
-if [ -z "${K3_OPENBLAS_DIR:-}" ]; then
-  ob="$WORK/openblas"
-  if [ ! -d "$ob/usr/lib/x86_64-linux-gnu/openblas-pthread" ]; then
-    mkdir -p "$ob" && (cd "$ob" && apt-get download -qq libopenblas0-pthread >/dev/null &&
-      dpkg-deb -x libopenblas0-pthread_*.deb .) || echo "train: could not fetch OpenBLAS; using netlib BLAS (slow)"
-  fi
-  K3_OPENBLAS_DIR="$ob/usr/lib/x86_64-linux-gnu/openblas-pthread"
-fi
-if [ "$K3_OPENBLAS_DIR" != none ] && [ -d "$K3_OPENBLAS_DIR" ]; then
-  export LD_LIBRARY_PATH=$K3_OPENBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+. tools/train/openblas_env.sh  # OpenBLAS for torch, one thread, PYTHONPATH=.
 # The python package k3 (the engine's chat rendering) from this tree: python/k3 + the built extension.
 PK="$WORK/pkg/k3"; mkdir -p "$PK"
 cp python/k3/*.py python/k3/py.typed "$PK/" && cp build/python/_k3*.so "$PK/"
