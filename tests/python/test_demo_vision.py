@@ -102,20 +102,9 @@ def test_openai_client_gets_the_demo_models_answer(server):
 
 
 def test_web_page_sends_a_picture_and_shows_the_answer(server, tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
-    import test_web_page as wp
-    from test_web_page import assistant_finished, configure, open_page, wait_for
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = wp.CHROMIUM
-    for a in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
-              "--disable-extensions", "--disable-background-networking", "--window-size=1280,900",
-              "--user-data-dir=" + str(tmp_path / "profile")]:
-        opts.add_argument(a)
-    driver = webdriver.Chrome(service=Service(wp.CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(wp.WAIT)
-    driver.set_script_timeout(wp.WAIT)
+    from test_web_page import assistant_finished, configure, open_page, start_chromium, wait_for
+    driver = start_chromium(tmp_path / "profile", size=(1280, 900))
     try:
         open_page(driver, server, key="none")
         configure(driver, thinking=False, temperature=0, max_tokens=32)

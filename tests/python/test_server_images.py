@@ -245,20 +245,9 @@ def test_prefix_cache_reuses_the_same_image_and_never_another(server):
 # --- the web page: pictures by file picker, paste and drag-and-drop (headless Chromium) ----------
 
 def test_web_page_attaches_pictures_by_picker_paste_and_drop(server, tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
-    import test_web_page as wp
-    from test_web_page import assistant_finished, configure, open_page, wait_for
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = wp.CHROMIUM
-    for a in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
-              "--disable-extensions", "--disable-background-networking", "--window-size=1280,900",
-              "--user-data-dir=" + str(tmp_path / "profile")]:
-        opts.add_argument(a)
-    driver = webdriver.Chrome(service=Service(wp.CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(wp.WAIT)
-    driver.set_script_timeout(wp.WAIT)
+    from test_web_page import assistant_finished, configure, open_page, page_state, start_chromium, wait_for
+    driver = start_chromium(tmp_path / "profile", size=(1280, 900))
     try:
         open_page(driver, server, key="none")
         configure(driver, thinking=False, temperature=0, max_tokens=2)
@@ -298,7 +287,7 @@ def test_web_page_attaches_pictures_by_picker_paste_and_drop(server, tmp_path):
         # a second turn resends the pictures of the first (the conversation's history)
         driver.find_element(By.ID, "prompt").send_keys("And now?")
         driver.find_element(By.ID, "send").click()
-        wait_for(driver, lambda d: len([x for x in wp.page_state(d) if x["role"] == "assistant"]) == 2
+        wait_for(driver, lambda d: len([x for x in page_state(d) if x["role"] == "assistant"]) == 2
                  and assistant_finished(d), "the second answer")
         body = driver.execute_script("return window.__bodies")[-1]
         assert sum(1 for msg in body["messages"] if isinstance(msg["content"], list)) == 1

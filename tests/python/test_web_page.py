@@ -91,8 +91,10 @@ def metric(text, name, labels=""):
 
 # --- the browser ------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
+def start_chromium(profile_dir, size=DESKTOP, log_path=None):
+    """A headless Debian chromium under chromedriver (selenium), with a fresh profile in
+    profile_dir, the window size (width, height) in CSS px, browser console logs kept and the
+    page-load / script timeouts at WAIT seconds. The caller quits it."""
     for path, pkg in [(CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")]:
         assert os.path.exists(path), f"{path} missing: install Debian's {pkg} (scripts/setup.sh does)"
     opts = webdriver.ChromeOptions()
@@ -100,14 +102,20 @@ def browser(tmp_path_factory):
     for a in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
               "--disable-extensions", "--disable-background-networking", "--disable-component-update",
               "--disable-sync", "--disable-default-apps", "--force-color-profile=srgb", "--hide-scrollbars",
-              f"--window-size={DESKTOP[0]},{DESKTOP[1]}",
-              "--user-data-dir=" + str(tmp_path_factory.mktemp("chromium-profile"))]:
+              f"--window-size={size[0]},{size[1]}", "--user-data-dir=" + str(profile_dir)]:
         opts.add_argument(a)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    log = tmp_path_factory.mktemp("chromedriver") / "chromedriver.log"
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER, log_path=str(log)), options=opts)
+    service = Service(CHROMEDRIVER, log_path=str(log_path)) if log_path else Service(CHROMEDRIVER)
+    driver = webdriver.Chrome(service=service, options=opts)
     driver.set_page_load_timeout(WAIT)
     driver.set_script_timeout(WAIT)
+    return driver
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    driver = start_chromium(tmp_path_factory.mktemp("chromium-profile"),
+                            log_path=tmp_path_factory.mktemp("chromedriver") / "chromedriver.log")
     yield driver
     driver.quit()
 
