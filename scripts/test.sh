@@ -12,6 +12,6 @@ echo "== ctest (ASan+UBSan) =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j 2 -LE slow
 echo "== fuzz (bounded) =="
-bash fuzz/run.sh 30  # every target 30 s, one per CPU at a time; the parser libraries are instrumented (fuzz/CMakeLists.txt)
+bash fuzz/run.sh 20  # every target 20 s, one per CPU at a time; the parser libraries are instrumented (fuzz/CMakeLists.txt)
 echo "== pytest =="
 .venv/bin/python -m pytest -q tests/python
