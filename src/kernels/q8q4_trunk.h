@@ -97,6 +97,16 @@ void gemm_q8_q8_avx2(const QuantMatrix& w, const int8_t* xq, const float* xs, co
                      float* y, int64_t ldy, int64_t r0, int64_t r1);
 void gemm_q8_q8_avx512(const QuantMatrix& w, const int8_t* xq, const float* xs, const int32_t* xsum, int64_t T,
                        float* y, int64_t ldy, int64_t r0, int64_t r1);
+/// The two halves of gemm_q8_q8_avx512 (tests and benchmarks call them directly): the VNNI
+/// kernel (vpdpbusd, every AVX-512 VNNI CPU) and the AMX-INT8 one (tdpbssd; only when
+/// q8_amx_available()). gemm_q8_q8_avx512 takes AMX for T >= kAmxMinTokens.
+void gemm_q8_q8_avx512_vnni(const QuantMatrix& w, const int8_t* xq, const float* xs, const int32_t* xsum, int64_t T,
+                            float* y, int64_t ldy, int64_t r0, int64_t r1);
+void gemm_q8_q8_amx(const QuantMatrix& w, const int8_t* xq, const float* xs, const int32_t* xsum, int64_t T, float* y,
+                    int64_t ldy, int64_t r0, int64_t r1);
+/// True when the CPU has AMX-TILE + AMX-INT8 and the OS granted the tile state (asked once).
+bool q8_amx_available();
+inline constexpr int64_t kAmxMinTokens = 2;
 }  // namespace detail
 
 }  // namespace k3

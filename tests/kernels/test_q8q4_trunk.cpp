@@ -185,7 +185,8 @@ Q8Acts quantize_acts(const std::vector<float>& x, int64_t T, int64_t K) {
 
 }  // namespace
 
-// Every ISA's int8 kernel equals the definition bit for bit, for T = 1..40, on row counts that
+// Every ISA's int8 kernel (on AVX-512 both the VNNI and, where the CPU and OS grant it, the AMX
+// kernel) equals the definition bit for bit, for T = 1..40, on row counts that
 // are not multiples of the 16-row tile, on K3-like widths, and on 16-aligned row ranges; so a
 // token's outputs do not depend on the batch (the definition is per (row, token)).
 TEST(TrunkQuant, Q8Int8KernelsMatchDefinitionEveryIsaAndT) {
@@ -210,6 +211,18 @@ TEST(TrunkQuant, Q8Int8KernelsMatchDefinitionEveryIsaAndT) {
         // (the first T tokens of the definition: it is per token)
         ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
             << kt.isa_name << " rows " << sh.rows << " cols " << sh.cols << " T " << T;
+      }
+      if (isa == k3::Isa::Avx512) {  // both halves of the AVX-512 kernel: VNNI, and AMX where granted
+        for (int amx = 0; amx < 2; ++amx) {
+          if (amx == 1 && !k3::detail::q8_amx_available()) continue;
+          for (int64_t T = 1; T <= Tmax; ++T) {
+            std::vector<float> got(static_cast<size_t>(T * sh.rows), -1.f);
+            (amx ? k3::detail::gemm_q8_q8_amx : k3::detail::gemm_q8_q8_avx512_vnni)(
+                m, a.q.data(), a.s.data(), a.sum.data(), T, got.data(), sh.rows, 0, sh.rows);
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+                << (amx ? "amx" : "vnni") << " rows " << sh.rows << " cols " << sh.cols << " T " << T;
+          }
+        }
       }
       if (sh.rows > 16) {  // a 16-aligned row range writes exactly its rows
         std::vector<float> got(static_cast<size_t>(3 * sh.rows), -1.f);
