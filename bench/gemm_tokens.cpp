@@ -24,6 +24,21 @@
 #include "tools/exec_env.h"
 
 namespace {
+/// matmul_quant_q8 with a given kernel (the AVX-512 VNNI half alone vs the dispatched kernel).
+void q8_with(const k3::QuantMatrix& m, const float* x, int64_t T, float* y,
+             void (*kern)(const k3::QuantMatrix&, const int8_t*, const float*, const int32_t*, int64_t, float*, int64_t,
+                          int64_t, int64_t)) {
+  const int64_t K = m.cols, G = K / 32;
+  std::vector<int8_t> q(static_cast<size_t>(T * K));
+  std::vector<float> s(static_cast<size_t>(T * G));
+  std::vector<int32_t> sum(static_cast<size_t>(T * G));
+  for (int64_t t = 0; t < T; ++t) k3::kernels().quantize_q8(x + t * K, K, q.data() + t * K, s.data() + t * G);
+  for (size_t b = 0; b < sum.size(); ++b)
+    for (int i = 0; i < 32; ++i) sum[b] += q[b * 32 + i];
+  k3::parallel_for(m.rows16() / 16, 1, [&](int64_t u0, int64_t u1) {
+    kern(m, q.data(), s.data(), sum.data(), T, y, m.rows, 16 * u0, std::min(m.rows, 16 * u1));
+  });
+}
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -75,10 +90,14 @@ int main(int argc, char** argv) try {
   std::printf("ISA %s | threads %d\n", k3::isa_name(k3::active_isa()), k3::num_threads());
   std::printf(
       "| T | bf16 exact ms | GB/s | GFLOP/s | bf16 mode (vdpbf16ps) ms | GFLOP/s | q8 fp32-act ms | q8 int8-act ms | "
-      "GB/s | GOP/s | MXFP4 24x[3072,3584] int8 ms | GB/s | GOP/s |\n"
-      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "GB/s | GOP/s | q8 int8 VNNI-only ms | MXFP4 24x[3072,3584] int8 ms | GB/s | GOP/s |\n"
+      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  const bool avx512 = k3::active_isa() == k3::Isa::Avx512;
+  std::printf("(q8 int8: AMX-INT8 %s for T >= %lld; the VNNI-only column times the vpdpbusd kernel alone)\n",
+              avx512 && k3::detail::q8_amx_available() ? "used" : "not available",
+              static_cast<long long>(k3::detail::kAmxMinTokens));
   for (int64_t T : tokens) {
-    std::vector<double> tb, td, tf, tq, tm;
+    std::vector<double> tb, td, tf, tq, tv, tm;
     for (int r = 0; r < reps; ++r) {  // the kernels alternate within each repetition
       double t0 = now_s();
       {
@@ -99,6 +118,9 @@ int main(int argc, char** argv) try {
       k3::matmul_quant_q8(q8, x.data(), T, y.data());
       tq.push_back(now_s() - t0);
       t0 = now_s();
+      if (avx512) q8_with(q8, x.data(), T, y.data(), k3::detail::gemm_q8_q8_avx512_vnni);
+      tv.push_back(now_s() - t0);
+      t0 = now_s();
       for (int64_t e = 0; e < E; ++e) {
         k3::Mxfp4Matrix m{packed.data() + e * e_rows * e_cols / 2, scale.data() + e * e_rows * e_cols / 32, e_rows,
                           e_cols};
@@ -106,13 +128,13 @@ int main(int argc, char** argv) try {
       }
       tm.push_back(now_s() - t0);
     }
-    const double b = median(tb), d = median(td), f = median(tf), q = median(tq), m = median(tm);
+    const double b = median(tb), d = median(td), f = median(tf), q = median(tq), v = median(tv), m = median(tm);
     const double wb = static_cast<double>(rows * cols * 2), wq = static_cast<double>(q8.bytes()),
                  wm = static_cast<double>(E * e_rows * e_cols) * (0.5 + 1.0 / 32);
     const double flop = 2.0 * rows * cols * T;
-    std::printf("| %lld | %.2f | %.1f | %.1f | %.2f | %.1f | %.2f | %.2f | %.1f | %.1f | %.2f | %.1f | %.1f |\n",
+    std::printf("| %lld | %.2f | %.1f | %.1f | %.2f | %.1f | %.2f | %.2f | %.1f | %.1f | %.2f | %.2f | %.1f | %.1f |\n",
                 static_cast<long long>(T), b * 1e3, wb / b / 1e9, flop / b / 1e9, d * 1e3, flop / d / 1e9, f * 1e3,
-                q * 1e3, wq / q / 1e9, flop / q / 1e9, m * 1e3, wm / m / 1e9,
+                q * 1e3, wq / q / 1e9, flop / q / 1e9, v * 1e3, m * 1e3, wm / m / 1e9,
                 2.0 * E * e_rows * e_cols * T / m / 1e9);
     std::fflush(stdout);
   }

@@ -172,22 +172,29 @@ bool q8_amx_available() {
 void gemm_q8_q8_amx(const QuantMatrix& w, const int8_t* xq, const float* xs, const int32_t* /*xsum*/, int64_t T,
                     float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t G = w.cols / 32, K = w.cols;
-  for (int64_t t0 = 0; t0 < T; t0 += 16) {
-    const int nt = static_cast<int>(T - t0 < 16 ? T - t0 : 16);
-    TileConfig cfg;
-    for (int i : {0, 1}) {
-      cfg.rows[i] = static_cast<uint8_t>(nt), cfg.colsb[i] = 64;          // C: tokens x 16 int32
-      cfg.rows[2 + i] = static_cast<uint8_t>(nt), cfg.colsb[2 + i] = 32;  // A: tokens x 32 bytes
-      cfg.rows[4 + i] = 8, cfg.colsb[4 + i] = 64;                         // B: 8 dwords x 16 rows x 4
-    }
-    _tile_loadconfig(&cfg);
-    for (int64_t r = r0; r < r1; r += 16) {
-      const int64_t nr = r1 - r < 16 ? r1 - r : 16;
+  // Row tiles outside, token chunks of <= 16 inside: the weights are read from memory once for
+  // any T (a tile's 16·K bytes stay in L2 across its chunks); the tile configuration is reloaded
+  // only when the chunk size changes.
+  int configured = 0;
+  for (int64_t r = r0; r < r1; r += 16) {
+    const int64_t nr = r1 - r < 16 ? r1 - r : 16;
+    for (int64_t t0 = 0; t0 < T; t0 += 16) {
+      const int nt = static_cast<int>(T - t0 < 16 ? T - t0 : 16);
+      if (nt != configured) {
+        TileConfig cfg;
+        for (int i : {0, 1}) {
+          cfg.rows[i] = static_cast<uint8_t>(nt), cfg.colsb[i] = 64;          // C: tokens x 16 int32
+          cfg.rows[2 + i] = static_cast<uint8_t>(nt), cfg.colsb[2 + i] = 32;  // A: tokens x 32 bytes
+          cfg.rows[4 + i] = 8, cfg.colsb[4 + i] = 64;                         // B: 8 dwords x 16 rows x 4
+        }
+        _tile_loadconfig(&cfg);
+        configured = nt;
+      }
       kAmxTiles[static_cast<size_t>(nt - 1)](w.q.data() + r * K, w.d.data() + r * G, G, K, xq + t0 * K, xs + t0 * G,
                                              y + t0 * ldy + r, ldy, static_cast<__mmask16>((1u << nr) - 1u));
     }
-    _tile_release();
   }
+  if (configured) _tile_release();
 }
 
 void gemm_q8_q8_avx512(const QuantMatrix& w, const int8_t* xq, const float* xs, const int32_t* xsum, int64_t T,
