@@ -63,13 +63,17 @@ QuantMatrix quantize_matrix(const TensorView& w, QuantKind kind) {
         if (!std::isfinite(v[i]))
           throw Error("trunk quantization: tensor '" + w.name + "': non-finite value at row " + std::to_string(r) +
                       ", column " + std::to_string(g * 32 + i));
-        amax = std::fmax(amax, std::fabs(v[i]));
+        amax = std::max(amax, std::fabs(v[i]));  // (finite here: std::max is fmax)
       }
       const float d = amax / qmax;
       m.d[static_cast<size_t>(q8 ? (r / 16) * 16 * G + g * 16 + r % 16 : r * G + g)] = d;
       const float inv = d > 0 ? 1.f / d : 0.f;
       for (int i = 0; i < 32; ++i) {
-        const int q = static_cast<int>(std::nearbyint(std::fmin(qmax, std::fmax(-qmax, v[i] * inv))));
+        // RNE of a value in [-127, 127] as (v + 1.5·2^23) - 1.5·2^23: exact, the same as
+        // std::nearbyint in the default rounding mode, without a libm call per element.
+        constexpr float kRne = 12582912.f;
+        const float c = std::min(qmax, std::max(-qmax, v[i] * inv));
+        const int q = static_cast<int>((c + kRne) - kRne);
         const int64_t j = g * 32 + i;
         if (q8) {
           m.q[static_cast<size_t>(m.q8_index(r, j))] = static_cast<int8_t>(q);
