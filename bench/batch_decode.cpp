@@ -3,7 +3,10 @@
 // inter-token latency (p50 / p95) and the ratio to the single stream, plus a mixed load
 // (streams arriving while long prompts prefill) with time-to-first-token p50 / p95.
 // Usage: k3_bench_batch_decode MODEL_DIR [--streams 1,2,4,8,16,32] [--prompt N=32] [--decode N=32]
-//        [--threads N] [--mixed R=0 requests] [--mixed-prompt N=512]
+//        [--threads N] [--mixed R=0 requests] [--mixed-prompt N=512] [--numerics MODE]
+//        [--trunk-type bf16|q8|q4]
+// (--numerics: kernels/numerics.h, default K3_NUMERICS else exact; --trunk-type q8 with
+// --numerics int8 is the q8 trunk with int8 activations, kernels/q8q4_trunk.h.)
 // Decode is memory-bound: B streams read each weight once per step for all B rows, so the
 // aggregate should grow ~B-fold until compute binds (target: >= 8x at B = 16 on the
 // K3-width bench model, tools/reference/gen_bench_model.py).
@@ -19,6 +22,9 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "kernels/dispatch.h"
+#include "kernels/exec_config.h"
+#include "kernels/numerics.h"
+#include "kernels/q8q4_trunk.h"
 #include "kernels/threads.h"
 #include "model/k3_model.h"
 #include "runtime/scheduler.h"
@@ -103,12 +109,13 @@ int main(int argc, char** argv) try {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--streams 1,2,4,8,16,32] [--prompt N] [--decode N] "
-                 "[--threads N] [--mixed R] [--mixed-prompt N]\n",
+                 "[--threads N] [--mixed R] [--mixed-prompt N] [--numerics MODE] [--trunk-type bf16|q8|q4]\n",
                  argv[0]);
     return 2;
   }
   std::vector<int64_t> streams = {1, 2, 4, 8, 16, 32};
   int n_prompt = 32, n_decode = 32, threads = 0, mixed = 0, mixed_prompt = 512;
+  k3::ModelOptions mo;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--streams") {
@@ -121,14 +128,20 @@ int main(int argc, char** argv) try {
     else if (a == "--threads") threads = std::stoi(v);
     else if (a == "--mixed") mixed = std::stoi(v);
     else if (a == "--mixed-prompt") mixed_prompt = std::stoi(v);
-    else throw k3::Error("unknown flag " + a);
+    else if (a == "--numerics") mo.exec.numerics = k3::parse_numerics(v, "--numerics");
+    else if (a == "--trunk-type") {
+      if (v == "q8") mo.trunk_quant = k3::QuantKind::Q8;
+      else if (v == "q4") mo.trunk_quant = k3::QuantKind::Q4;
+      else if (v != "bf16") throw k3::Error("--trunk-type: expected bf16, q8 or q4, found '" + v + "'");
+    } else throw k3::Error("unknown flag " + a);
   }
   if (threads > 0) k3::set_num_threads(threads);
   auto ck = k3::Checkpoint::open(argv[1]);
-  const k3::Model m(*ck);
+  const k3::Model m(*ck, mo);
   const int64_t n_vocab = m.config().vocab_size;
-  std::printf("model %s | ISA %s | threads %d | prompt %d | decode %d per stream\n", argv[1],
-              k3::isa_name(k3::active_isa()), k3::num_threads(), n_prompt, n_decode);
+  std::printf("model %s | ISA %s | threads %d | numerics %s | trunk %s | prompt %d | decode %d per stream\n", argv[1],
+              k3::isa_name(k3::active_isa()), k3::num_threads(), k3::numerics_name(k3::resolve_exec_config(m.options().exec).numerics),
+              !mo.trunk_quant ? "bf16" : *mo.trunk_quant == k3::QuantKind::Q8 ? "q8" : "q4", n_prompt, n_decode);
   auto req = [&](int n, int seed, int decode) {
     k3::SeqRequest r;
     r.prompt = prompt_of(n, seed, n_vocab);

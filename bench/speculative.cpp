@@ -21,6 +21,9 @@
 //   k3_bench_speculative loop MODEL_DIR [--n N=32] [--runs R=3] [--kmax-list 4,8] [--threads T]
 //     No tokenizer needed (the K3-width bench model): greedy continuation of a 48-id block
 //     repeated 3 times, plain vs prompt lookup; checks the ids are identical.
+//
+//   Every mode: [--trunk-type bf16|q8|q4] (the trunk quantized at load); the numerics mode from
+//   K3_NUMERICS (default exact), e.g. K3_NUMERICS=int8 ... --trunk-type q8 for the int8 q8 trunk.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +38,9 @@
 #include "kernels/kda_decode.h"
 #include "kernels/threads.h"
 #include "model/k3_model.h"
+#include "kernels/numerics.h"
+#include "kernels/q8q4_trunk.h"
+#include <optional>
 #include "runtime/draft_model.h"
 #include "runtime/generator.h"
 #include "runtime/loaded_model.h"
@@ -53,6 +59,14 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+/// --trunk-type q8|q4 (model/weights.h quantize_trunk); unset: the BF16 trunk.
+std::optional<k3::QuantKind> g_trunk;
+k3::ModelOptions model_options() {
+  k3::ModelOptions o;
+  o.trunk_quant = g_trunk;
+  return o;
+}
+
 std::string arg(int argc, char** argv, const char* name, const char* def) {
   for (int i = 2; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
@@ -61,7 +75,7 @@ std::string arg(int argc, char** argv, const char* name, const char* def) {
 
 void bench_verify(const std::string& dir, int64_t ctx, int64_t kmax, int runs) {
   auto ck = k3::Checkpoint::open(dir);  // no tokenizer needed (the bench model has none)
-  const k3::Model m(*ck);
+  const k3::Model m(*ck, model_options());
   const int64_t n_vocab = m.config().vocab_size;
   std::vector<int32_t> prompt(static_cast<size_t>(ctx));
   for (int64_t i = 0; i < ctx; ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % n_vocab);
@@ -131,7 +145,7 @@ std::vector<int32_t> slice(const std::vector<int32_t>& v, size_t a, size_t n) {
 
 void bench_accept(const std::string& dir, const std::string& draft_dir, const std::string& text_file, int64_t n,
                   int runs, const std::vector<int64_t>& kmaxes) {
-  const k3::LoadedModel lm = k3::LoadedModel::open(dir);
+  const k3::LoadedModel lm = k3::LoadedModel::open(dir, model_options());
   std::unique_ptr<k3::LoadedModel> draft;
   if (!draft_dir.empty()) draft = std::make_unique<k3::LoadedModel>(k3::LoadedModel::open(draft_dir));
   const k3::Tokenizer& tok = *lm.tokenizer;
@@ -235,7 +249,7 @@ void bench_accept(const std::string& dir, const std::string& draft_dir, const st
 /// that repeats a 48-id block 3 times, plain vs prompt lookup, decode tokens/s and acceptance.
 void bench_loop(const std::string& dir, int64_t n, int runs, const std::vector<int64_t>& kmaxes) {
   auto ck = k3::Checkpoint::open(dir);
-  const k3::Model m(*ck);
+  const k3::Model m(*ck, model_options());
   const int64_t n_vocab = m.config().vocab_size;
   std::vector<int32_t> block(48), prompt;
   for (int i = 0; i < 48; ++i) block[i] = static_cast<int32_t>((i * 7919 + 11) % n_vocab);
@@ -296,6 +310,11 @@ int main(int argc, char** argv) try {
   const int threads = std::stoi(arg(argc, argv, "--threads", "0"));
   if (threads > 0) k3::set_num_threads(threads);
   const int runs = std::stoi(arg(argc, argv, "--runs", mode == "verify" ? "5" : "3"));
+  const std::string trunk = arg(argc, argv, "--trunk-type", "bf16");
+  if (trunk == "q8") g_trunk = k3::QuantKind::Q8;
+  else if (trunk == "q4") g_trunk = k3::QuantKind::Q4;
+  else if (trunk != "bf16") throw k3::Error("--trunk-type: expected bf16, q8 or q4, found '" + trunk + "'");
+  std::printf("numerics %s | trunk %s\n", k3::numerics_name(k3::numerics_mode()), trunk.c_str());
   if (mode == "verify") {
     bench_verify(dir, std::stoll(arg(argc, argv, "--ctx", "64")), std::stoll(arg(argc, argv, "--kmax", "8")), runs);
   } else if (mode == "accept") {

@@ -108,6 +108,13 @@ struct KernelTable {
 
   /// Rows [r0, r1) of Y = X·Wᵀ on a q8/q4 trunk matrix (q8q4_trunk.h), all T tokens, Y row stride ldy.
   void (*quant_rows)(const QuantMatrix& w, const float* x, int64_t t, float* y, int64_t ldy, int64_t r0, int64_t r1);
+
+  /// Rows [r0, r1) (r0 % 16 == 0) of Y = Xq·Wᵀ on a Q8 trunk matrix (tiled, q8q4_trunk.h) with
+  /// Q8 activations xq [T, K] (nibble order), scales xs [T, K/32] and block sums xsum [T, K/32]
+  /// (Σ of the block's 32 xq): Y[t, r] = the chain acc = fma(float(Σ q_w·q_x), d[r,b]·xs[t,b], acc)
+  /// over b = 0, 1, ... (exact integer block sums). The same bits on every ISA and for any T.
+  void (*gemm_q8_q8)(const QuantMatrix& w, const int8_t* xq, const float* xs, const int32_t* xsum, int64_t t,
+                     float* y, int64_t ldy, int64_t r0, int64_t r1);
 };
 
 const KernelTable& kernel_table_scalar();

@@ -14,7 +14,10 @@
 //   int8   exact trunk; routed experts with int8 activations (Q8_0: per 32-block scale amax/127)
 //          times the doubled-E2M1 weights in exact integer dots (VNNI vpdpbusd): the previous
 //          expert path of `int8` (ExecConfig::mxfp4 = Int8), a mode because on K3-mini it is both
-//          closer to exact than mxfp8 and faster on VNNI CPUs (docs/performance.md).
+//          closer to exact than mxfp8 and faster on VNNI CPUs (docs/performance.md). With a
+//          trunk quantized at load to q8 (`--trunk-type q8`) the trunk GEMMs take int8
+//          activations too (Q8_0 x Q8_0 integer block dots, kernels/q8q4_trunk.h): llama.cpp's
+//          Q8_0 trunk; a bf16 or q4 trunk keeps fp32 activations.
 // ExecConfig::mxfp4 (the CLI's K3_MXFP4=int8|exact|mxfp8) overrides any mode's expert path
 // (e.g. bf16 trunk + mxfp8 experts).
 // Every ISA computes every mode (scalar and AVX2 emulate the bf16 products with fp32 FMA of the

@@ -1,12 +1,15 @@
 // Trunk quantization: encoder, scalar oracle, scalar fp32 rows, dispatch (kernels/q8q4_trunk.h).
 #include "kernels/q8q4_trunk.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "kernels/dispatch.h"
 #include "kernels/exec_config.h"
+#include "kernels/numerics.h"
 #include "kernels/threads.h"
 
 namespace k3 {
@@ -26,8 +29,8 @@ float load_elem(const TensorView& w, int64_t i) {
 
 /// Decoded weight j of row r (d·q in fp32).
 inline float decoded(const QuantMatrix& w, int64_t r, int64_t j) {
-  const float d = w.d[static_cast<size_t>(r * (w.cols / 32) + j / 32)];
-  if (w.kind == QuantKind::Q8) return d * static_cast<float>(w.q[static_cast<size_t>(r * w.cols + j)]);
+  const float d = w.scale(r, j / 32);
+  if (w.kind == QuantKind::Q8) return d * static_cast<float>(w.q8(r, j));
   const uint8_t b = static_cast<uint8_t>(w.q[static_cast<size_t>((r * w.cols + j) / 2)]);
   const int nib = (j % 2 == 0) ? (b & 0x0F) : (b >> 4);
   return d * static_cast<float>(nib >= 8 ? nib - 16 : nib);
@@ -48,8 +51,9 @@ QuantMatrix quantize_matrix(const TensorView& w, QuantKind kind) {
                 " columns, expected a multiple of 32 (the group size)");
   const int64_t G = m.cols / 32;
   const float qmax = kind == QuantKind::Q8 ? 127.f : 7.f;
-  m.d.resize(static_cast<size_t>(m.rows * G));
-  m.q.assign(static_cast<size_t>(kind == QuantKind::Q8 ? m.rows * m.cols : m.rows * m.cols / 2), 0);
+  const bool q8 = kind == QuantKind::Q8;
+  m.d.assign(static_cast<size_t>((q8 ? m.rows16() : m.rows) * G), 0.f);
+  m.q.assign(static_cast<size_t>(q8 ? m.rows16() * m.cols : m.rows * m.cols / 2), 0);
   float v[32];
   for (int64_t r = 0; r < m.rows; ++r)
     for (int64_t g = 0; g < G; ++g) {
@@ -59,16 +63,20 @@ QuantMatrix quantize_matrix(const TensorView& w, QuantKind kind) {
         if (!std::isfinite(v[i]))
           throw Error("trunk quantization: tensor '" + w.name + "': non-finite value at row " + std::to_string(r) +
                       ", column " + std::to_string(g * 32 + i));
-        amax = std::fmax(amax, std::fabs(v[i]));
+        amax = std::max(amax, std::fabs(v[i]));  // (finite here: std::max is fmax)
       }
       const float d = amax / qmax;
-      m.d[static_cast<size_t>(r * G + g)] = d;
+      m.d[static_cast<size_t>(q8 ? (r / 16) * 16 * G + g * 16 + r % 16 : r * G + g)] = d;
       const float inv = d > 0 ? 1.f / d : 0.f;
       for (int i = 0; i < 32; ++i) {
-        const int q = static_cast<int>(std::nearbyint(std::fmin(qmax, std::fmax(-qmax, v[i] * inv))));
+        // RNE of a value in [-127, 127] as (v + 1.5·2^23) - 1.5·2^23: exact, the same as
+        // std::nearbyint in the default rounding mode, without a libm call per element.
+        constexpr float kRne = 12582912.f;
+        const float c = std::min(qmax, std::max(-qmax, v[i] * inv));
+        const int q = static_cast<int>((c + kRne) - kRne);
         const int64_t j = g * 32 + i;
-        if (kind == QuantKind::Q8) {
-          m.q[static_cast<size_t>(r * m.cols + j)] = static_cast<int8_t>(q);
+        if (q8) {
+          m.q[static_cast<size_t>(m.q8_index(r, j))] = static_cast<int8_t>(q);
         } else {
           uint8_t& b = reinterpret_cast<uint8_t&>(m.q[static_cast<size_t>((r * m.cols + j) / 2)]);
           const uint8_t nib = static_cast<uint8_t>(q & 0x0F);
@@ -109,14 +117,70 @@ void quant_rows_scalar(const QuantMatrix& w, const float* x, int64_t T, float* y
       y[t * ldy + r] = acc;
     }
 }
+
+void gemm_q8_q8_scalar(const QuantMatrix& w, const int8_t* xq, const float* xs, const int32_t* /*xsum*/, int64_t T,
+                       float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  const int64_t G = w.cols / 32, K = w.cols;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int8_t* tile = w.q.data() + (r / 16) * 16 * K + (r % 16) * 4;
+    const float* dt = w.d.data() + (r / 16) * 16 * G + r % 16;
+    for (int64_t t = 0; t < T; ++t) {
+      float acc = 0.f;
+      for (int64_t b = 0; b < G; ++b) {
+        const int8_t* xb = xq + t * K + b * 32;
+        int32_t isum = 0;
+        for (int p = 0; p < 32; ++p) isum += static_cast<int32_t>(tile[(b * 8 + p / 4) * 64 + p % 4]) * xb[p];
+        acc = std::fma(static_cast<float>(isum), dt[b * 16] * xs[t * G + b], acc);
+      }
+      y[t * ldy + r] = acc;
+    }
+  }
+}
 }  // namespace detail
 
-void matmul_quant(const QuantMatrix& w, const float* x, int64_t T, float* y) {
+void matmul_quant_f32(const QuantMatrix& w, const float* x, int64_t T, float* y) {
   if (T < 0) throw Error("matmul_quant '" + w.name + "': negative token count");
   if (T == 0 || w.rows == 0) return;
   const KernelTable& kt = kernels();
   const int64_t grain = grain_for_work(8, w.cols * T);
   parallel_for(w.rows, grain, [&](int64_t r0, int64_t r1) { kt.quant_rows(w, x, T, y, w.rows, r0, r1); });
+}
+
+void matmul_quant_q8(const QuantMatrix& w, const float* x, int64_t T, float* y) {
+  if (T < 0) throw Error("matmul_quant '" + w.name + "': negative token count");
+  if (w.kind != QuantKind::Q8)
+    throw Error("matmul_quant '" + w.name + "': int8 activations need a q8 matrix (this one is q4)");
+  if (T == 0 || w.rows == 0) return;
+  const KernelTable& kt = kernels();
+  const int64_t K = w.cols, G = K / 32;
+  // Per thread, reused across calls (decode calls this ~10 times per layer with T <= 32).
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xs;
+  thread_local std::vector<int32_t> xsum;
+  xq.resize(static_cast<size_t>(T * K));
+  xs.resize(static_cast<size_t>(T * G));
+  xsum.resize(static_cast<size_t>(T * G));
+  for (int64_t t = 0; t < T; ++t) {
+    kt.quantize_q8(x + t * K, K, xq.data() + t * K, xs.data() + t * G);
+    for (int64_t b = 0; b < G; ++b) {
+      int32_t s = 0;
+      for (int i = 0; i < 32; ++i) s += xq[static_cast<size_t>(t * K + b * 32 + i)];
+      xsum[static_cast<size_t>(t * G + b)] = s;
+    }
+  }
+  // (thread_locals are not captured: the workers get the caller's buffers by pointer)
+  const int8_t* q = xq.data();
+  const float* s = xs.data();
+  const int32_t* sum = xsum.data();
+  const int64_t tiles = w.rows16() / 16;
+  parallel_for(tiles, grain_for_work(1, 16 * K * T), [&](int64_t u0, int64_t u1) {
+    kt.gemm_q8_q8(w, q, s, sum, T, y, w.rows, 16 * u0, std::min(w.rows, 16 * u1));
+  });
+}
+
+void matmul_quant(const QuantMatrix& w, const float* x, int64_t T, float* y) {
+  if (w.kind == QuantKind::Q8 && numerics_mode() == Numerics::Int8) return matmul_quant_q8(w, x, T, y);
+  matmul_quant_f32(w, x, T, y);
 }
 
 }  // namespace k3

@@ -20,6 +20,7 @@ const KernelTable& kernel_table_avx2() {
     k.kda_chunk_heads = avx2::kda_chunk_heads;
     k.kda_decode_heads = avx2::kda_decode_heads;
     k.quant_rows = detail::quant_rows_avx2;
+    k.gemm_q8_q8 = detail::gemm_q8_q8_avx2;
     avx2::fill_vec_table(k);
     return k;
   }();

@@ -189,6 +189,7 @@ const KernelTable& kernel_table_scalar() {
     k.kda_chunk_heads = scalar::kda_chunk_heads;
     k.kda_decode_heads = scalar::kda_decode_heads;
     k.quant_rows = detail::quant_rows_scalar;
+    k.gemm_q8_q8 = detail::gemm_q8_q8_scalar;
     vec_fill_table(k);  // vec_impl.h built for the x86-64 baseline (4-lane SSE2 vectors)
     return k;
   }();
