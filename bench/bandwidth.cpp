@@ -3,8 +3,9 @@
 // cross-check (a plain OpenMP reduction loop over the same kind of buffer, compiled for the
 // x86-64 baseline, no intrinsics; statically split, one contiguous share per thread). Rows are
 // interleaved round by round (--rounds), so a shared machine's load drift hits every row alike;
-// each cell is the median over rounds of each round's median pass. The probe `k3 bench` compares
-// decode with is the first row's kind (4 KiB pages, free workers) and its weights probe.
+// each cell is the median over rounds of each round's median pass. The probe's default
+// (ReadProbeOptions) is the 2 MiB-page row with free workers; `k3 bench` prints both page sizes
+// and compares decode with its weights probe.
 //
 //   k3_bench_bandwidth [--mb 1024] [--passes 7] [--rounds 3]
 #include <omp.h>

@@ -270,7 +270,7 @@ int main(int argc, char** argv) try {
   const int max_t = *std::max_element(threads.begin(), threads.end());
   k3::set_num_threads(max_t);
   const k3::ReadBandwidth bw = k3::measure_read_bandwidth(probe_mb << 20, 7);
-  std::printf("read probe: %.2f GB/s median (best %.2f) over %.0f MiB, %d threads, ISA %s\n\n", bw.median_gbs,
+  std::printf("read probe: %.2f GB/s median (best %.2f) over %.0f MiB in 2 MiB pages, %d threads, ISA %s\n\n", bw.median_gbs,
               bw.best_gbs, bw.bytes / 1048576.0, bw.threads, k3::isa_name(k3::active_isa()));
 
   // --- data ---

@@ -13,6 +13,9 @@ Run through bench/side_by_side.sh (it builds .venv-llama first). Steps:
     is read with fincore (util-linux) and reported when below 99% (pages evicted since the last
     call; the warm-up pages them back in before timing);
  4. medians over rounds, printed as a markdown table with the ratios k3 / llama.cpp.
+--trunk-memory map,copy adds a column per k3 mode with the trunk copied into 2 MiB pages
+(`k3 bench --trunk-memory copy`, labelled "k3 MODE copy"); --decode-only runs tg32 alone (k3:
+`-p 1 -n 32`; llama.cpp: `--tests tg32`).
 """
 from __future__ import annotations
 
@@ -188,6 +191,9 @@ def main():
     ap.add_argument("--reps", type=int, default=5, help="runs per call on K3-mini (median); bench model: 1")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--modes", help="comma-separated k3 numeric modes to run (default: every mode k3 bench has)")
+    ap.add_argument("--trunk-memory", default="map",
+                    help="comma-separated k3 --trunk-memory values, a column each (map: no flag passed)")
+    ap.add_argument("--decode-only", action="store_true", help="tg32 only (no prefill tests)")
     ap.add_argument("--cache", default=os.environ.get("K3_SBS_CACHE", "/tmp/k3-sbs"))
     ap.add_argument("--markdown", help="also write the report (greedy check + table) to this file")
     ap.add_argument("--table-from", metavar="PARTIAL_JSON",
@@ -204,10 +210,21 @@ def main():
         unknown = [m for m in want if m not in modes]
         if unknown:
             raise SystemExit(f"side_by_side: --modes {a.modes}: {', '.join(unknown)} not among this k3's modes {list(modes)}")
+        col_modes = list(want)  # the columns: the modes asked for
         if "exact" not in want:
             want.append("exact")  # the greedy check runs in the exact mode
         modes = {m: modes[m] for m in want}
+    else:
+        col_modes = list(modes)
     threads = [int(t) for t in a.threads.split(",")]
+    columns = {}  # column label -> k3 mode (the greedy check keeps modes["exact"])
+    for tm in a.trunk_memory.split(","):
+        if tm not in ("map", "copy"):
+            raise SystemExit(f"side_by_side: --trunk-memory {a.trunk_memory}: expected map and/or copy")
+        for m in col_modes:
+            mode = modes[m]
+            extra = [] if tm == "map" else ["--trunk-memory", tm]
+            columns[f"k3 {m}" + ("" if tm == "map" else f" {tm}")] = {"env": mode["env"], "args": mode["args"] + extra}
     import llama_cpp
     load = os.getloadavg()
     models = [("K3-mini", a.mini, a.rounds, a.reps)]
@@ -217,7 +234,7 @@ def main():
                              f"(make it with tools/reference/gen_bench_model.py, or pass --skip-bench-model)")
         models.append(("bench model", a.bench_model, a.bench_rounds, 1))
     ggufs = {label: export_cached(d, a.cache, py_llama) for label, d, _, _ in models}
-    report = [f"llama-cpp-python {llama_cpp.__version__}; k3 {a.k3}; k3 modes {list(modes)}; "
+    report = [f"llama-cpp-python {llama_cpp.__version__}; k3 {a.k3}; k3 columns {list(columns)}; "
               f"load average at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {os.cpu_count()} CPUs", ""]
     report += greedy_check(a.k3, a.mini, ggufs["K3-mini"], py_llama, "And God said", 32, modes["exact"]) + [""]
     for l in report:
@@ -235,22 +252,27 @@ def main():
                     if frac is not None and frac < 0.99:
                         evictions.append(f"{label} t={t} round {r + 1} before {eng}: {100 * frac:.0f}% of its weight pages resident")
                     if eng == "k3":
-                        for m, mode in modes.items():
-                            pp64, tg32 = k3_bench(a.k3, d, t, 64, 32, mode, reps)
-                            pp512, _ = k3_bench(a.k3, d, t, 512, 1, mode, reps)
-                            for test, v in (("pp64", pp64), ("pp512", pp512), ("tg32", tg32)):
+                        for col, mode in columns.items():
+                            if a.decode_only:
+                                got = (("tg32", k3_bench(a.k3, d, t, 1, 32, mode, reps)[1]),)
+                            else:
+                                pp64, tg32 = k3_bench(a.k3, d, t, 64, 32, mode, reps)
+                                pp512, _ = k3_bench(a.k3, d, t, 512, 1, mode, reps)
+                                got = (("pp64", pp64), ("pp512", pp512), ("tg32", tg32))
+                            for test, v in got:
                                 if v is not None:
-                                    res.setdefault((label, t, test, f"k3 {m}"), []).append(v)
+                                    res.setdefault((label, t, test, col), []).append(v)
                     else:
+                        tests = ["--tests", "tg32"] if a.decode_only else []
                         j = json.loads(run([py_llama, os.path.join(HERE, "side_by_side_llama.py"), "bench",
-                                            "--gguf", ggufs[label], "--threads", str(t), "--reps", str(reps)]))
+                                            "--gguf", ggufs[label], "--threads", str(t), "--reps", str(reps), *tests]))
                         for test, v in j.items():
                             res.setdefault((label, t, test, "llama.cpp"), []).append(v)
                 log(f"{label}: round {r + 1}/{rounds}, {t} threads done (load {os.getloadavg()[0]:.2f})")
                 with open(os.path.join(a.cache, "partial.json"), "w") as f:  # the samples so far
                     json.dump({**{" | ".join(map(str, k)): v for k, v in res.items()},
                                "_evictions": evictions, "_failures": sorted(set(FAILURES))}, f, indent=1)
-    cols = [f"k3 {m}" for m in modes]
+    cols = list(columns)
     table = ratio_table(res, [m[0] for m in models], threads, cols)
     bench_part = "" if a.skip_bench_model else f"; bench model {a.bench_rounds} rounds x 1 run"
     notes = [f"medians over rounds (K3-mini {a.rounds} rounds x median of {a.reps} runs per call{bench_part}); "

@@ -27,6 +27,14 @@ std::optional<TrunkType> trunk_type_from_name(std::string_view s) {
   return std::nullopt;
 }
 
+std::string_view trunk_memory_name(TrunkMemory m) { return m == TrunkMemory::Copy ? "copy" : "map"; }
+
+std::optional<TrunkMemory> trunk_memory_from_name(std::string_view s) {
+  if (s == "map") return TrunkMemory::Map;
+  if (s == "copy") return TrunkMemory::Copy;
+  return std::nullopt;
+}
+
 uint64_t trunk_matrix_bytes(uint64_t bf16_bytes, TrunkType t) {
   const uint64_t n = bf16_bytes / 2;  // elements
   switch (t) {
@@ -237,7 +245,11 @@ std::string MemoryPlan::format() const {
     o += b;
   }
   line("trunk", static_cast<double>(trunk),
-       "resident; embedding BF16, matrices " + std::string(trunk_type_name(req.trunk)));
+       "resident; embedding BF16, matrices " + std::string(trunk_type_name(req.trunk)) +
+           (req.trunk_memory == TrunkMemory::Copy
+                ? "; BF16 matrices copied into anonymous 2 MiB pages (--trunk-memory copy), the page cache's copy "
+                  "dropped: held once"
+                : "; mapped (page cache, --trunk-memory map)"));
   line("states", static_cast<double>(states),
        std::to_string(req.n_parallel) + " x " + gb(static_cast<double>(state_per_seq)) +
            " (KDA state + MLA cache at -c)");

@@ -44,6 +44,20 @@ std::optional<TrunkType> trunk_type_from_name(std::string_view s);
 /// Bytes of a BF16 matrix of `bf16_bytes` once stored at `t` (group of 32 with an fp32 scale).
 uint64_t trunk_matrix_bytes(uint64_t bf16_bytes, TrunkType t);
 
+/// Where the trunk's BF16 matrices live while the model runs (`--trunk-memory`):
+///   Map:  read through the checkpoint's read-only mapping (page-cache pages, shared with every
+///         process mapping the files; mostly 4 KiB page-table entries);
+///   Copy: copied at load into anonymous memory in 2 MiB transparent huge pages
+///         (core/anon_pages.h; model/weights.h copy_trunk), the page cache's copy of those bytes
+///         then dropped (madvise MADV_PAGEOUT), so RAM holds them once either way.
+/// The embedding table (read one row per token) and the routed experts stay mapped; matrices
+/// quantized at load (`--trunk-type q8|q4`) are in anonymous memory already. Same bits either way.
+enum class TrunkMemory { Map, Copy };
+/// "map" / "copy".
+std::string_view trunk_memory_name(TrunkMemory m);
+/// Parses "map" | "copy"; std::nullopt otherwise.
+std::optional<TrunkMemory> trunk_memory_from_name(std::string_view s);
+
 /// Text-weight bytes of a checkpoint, split the way the plan needs them.
 struct WeightBytes {
   uint64_t embedding = 0;  ///< BF16 embedding table (TensorRole::EmbedTokens)
@@ -69,6 +83,7 @@ WeightBytes weight_bytes(const ModelConfig& c);
 struct PlanRequest {
   uint64_t ram_bytes = 0;  ///< machine RAM
   TrunkType trunk = TrunkType::BF16;
+  TrunkMemory trunk_memory = TrunkMemory::Map;  ///< where the trunk lives (same bytes either way)
   bool stream_experts = true;                  ///< false: experts mapped (all must be resident)
   std::optional<uint64_t> expert_cache_bytes;  ///< unset: everything left after the rest
   int64_t n_ctx = 4096;                        ///< -c

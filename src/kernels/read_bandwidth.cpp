@@ -2,15 +2,13 @@
 
 #include <omp.h>
 #include <sched.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
-#include <memory>
 #include <string>
 
+#include "core/anon_pages.h"
 #include "core/error.h"
 #include "kernels/dispatch.h"
 #include "kernels/threads.h"
@@ -143,16 +141,10 @@ std::vector<Chunk> split(std::span<const MemRegion> regions, uint64_t* total) {
 
 ReadBandwidth measure_read_bandwidth(const ReadProbeOptions& o) {
   if (o.passes < 1) throw Error("read-bandwidth probe: passes must be >= 1, got " + std::to_string(o.passes));
-  const uint64_t huge = 2ull << 20;
+  const uint64_t huge = AnonPages::kHugePage;
   const uint64_t bytes = std::max<uint64_t>(o.bytes & ~(huge - 1), 64ull << 20);
-  // mmap: page-aligned, and 2 MiB aligned after trimming, so THP can back every huge page.
-  const uint64_t map_bytes = bytes + huge;
-  void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) throw Error("read-bandwidth probe: cannot map " + std::to_string(bytes) + " bytes (--probe-mb)");
-  std::unique_ptr<void, std::function<void(void*)>> hold(m, [map_bytes](void* p) { munmap(p, map_bytes); });
-  uint8_t* buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(m) + huge - 1) & ~(huge - 1));
-  if (o.huge_pages) madvise(buf, bytes, MADV_HUGEPAGE);
-  else madvise(buf, bytes, MADV_NOHUGEPAGE);
+  const AnonPages mem(bytes, o.huge_pages, "read-bandwidth probe (--probe-mb)");
+  uint8_t* buf = mem.data();
   ReadBandwidth r;
   r.huge_pages = o.huge_pages;
   PinWorkers pin(o.pin_threads, num_threads());

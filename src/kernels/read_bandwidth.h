@@ -3,8 +3,9 @@
 // K3 widths").
 //
 // What one probe measures: `passes` timed reads of a buffer far larger than the last-level
-// cache (default 1 GiB vs 32 MiB of L3 here), every byte read once per pass with the dispatched
-// read_sum kernel (integer adds of 64-bit words, 8 vector loads in flight per step), split over
+// cache (default 1 GiB), every byte read once per pass with the dispatched read_sum kernel
+// (integer adds of 64-bit words, 8 vector loads in flight per step, a software prefetch ahead;
+// by default in 2 MiB pages: the fastest reads this machine does, the yardstick), split over
 // num_threads() workers in 4 MiB chunks taken dynamically (the same scheduling as decode's
 // parallel_for). Every page is touched before the first timed pass and one untimed pass runs
 // first, so timed passes pay no page faults (counted: timed_page_faults) and no first TLB fill.
@@ -36,15 +37,16 @@ struct ReadProbeOptions {
   uint64_t bytes = 1ull << 30;  ///< buffer (rounded down to 2 MiB, at least 64 MiB)
   int passes = 9;               ///< timed passes (>= 1), after one untimed warm-up pass
   /// Transparent huge pages for the buffer (madvise; the kernel may still give 4 KiB pages).
-  /// Default off: decode reads mmap'd checkpoint pages, which are 4 KiB page-cache pages.
-  bool huge_pages = false;
+  /// Default on: the machine's best read (one core reads 2 MiB pages faster than 4 KiB ones),
+  /// what decode reaches with `--trunk-memory copy`; off: 4 KiB pages, as a mapped file's.
+  bool huge_pages = true;
   bool pin_threads = false;  ///< pin worker i to CPU i (mod CPUs) during the probe, then restore
 };
 
 /// The anonymous-buffer probe (see the header comment). Errors: k3::Error when passes < 1 or
 /// the buffer cannot be allocated.
 ReadBandwidth measure_read_bandwidth(const ReadProbeOptions& o);
-/// Shorthand: a 4 KiB-page buffer of `bytes`, `runs` timed passes.
+/// Shorthand: a 2 MiB-page buffer of `bytes`, `runs` timed passes.
 ReadBandwidth measure_read_bandwidth(uint64_t bytes = 1ull << 30, int runs = 7);
 
 /// One readable memory range (e.g. the mapped bytes of one tensor).

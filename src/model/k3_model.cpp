@@ -46,6 +46,7 @@ struct Model::Impl {
   std::vector<MlaKvbHalves> kv_b;
   std::shared_ptr<Comm> comm;  ///< opt.comm, or a size-1 communicator
   ModelShard shard;
+  TrunkCopyStats trunk_copy;  ///< ModelOptions::trunk_memory == Copy: what copy_trunk did
   TensorView lm_head_rows;  ///< this rank's rows of lm_head (split models)
   /// Split models: this rank's row blocks of the head-split projections and of the output
   /// projections (the views the layers' weights point at; deque: addresses stay valid).
@@ -76,12 +77,14 @@ struct Model::Impl {
     if (has_moe) moe = MoeDims::from(cfg);
     act = GluActivation::from(cfg);
     split_weights();
+    if (opt.trunk_quant && ex.fast) quantize_trunk(w, *opt.trunk_quant, opt.progress);
+    // after the quantization (its matrices are not copied), before kv_b's halves point at the data
+    if (opt.trunk_memory == TrunkMemory::Copy) trunk_copy = copy_trunk(w, true, opt.progress);
     if (has_mla && ex.fast && mla_local.H > 0) {
       kv_b.resize(w.layers.size());
       for (size_t il = 0; il < w.layers.size(); ++il)
         if (w.layers[il].spec.attn == AttnKind::MLA) kv_b[il] = mla_split_kv_b(w.layers[il].mla, mla_local);
     }
-    if (opt.trunk_quant && ex.fast) quantize_trunk(w, *opt.trunk_quant, opt.progress);
     if (opt.expert_store)
       for (size_t il = 0; il < w.layers.size(); ++il)
         if (w.layers[il].spec.ffn == FfnKind::LatentMoE) {
@@ -228,6 +231,7 @@ std::vector<std::span<const uint8_t>> Model::mapped_weight_ranges() const {
   return k3::mapped_weight_ranges(impl_->w, impl_->shard.experts);
 }
 const ModelShard& Model::shard() const { return impl_->shard; }
+const TrunkCopyStats& Model::trunk_copy() const { return impl_->trunk_copy; }
 Comm& Model::comm() const { return *impl_->comm; }
 
 SequenceState Model::new_sequence() const {

@@ -13,10 +13,12 @@
 #include "core/comm.h"
 #include "io/checkpoint.h"
 #include "io/expert_store.h"
+#include "io/memory_plan.h"
 #include "kernels/exec_config.h"
 #include "kernels/ops.h"
 #include "kernels/q8q4_trunk.h"
 #include "model/prefill_grid.h"
+#include "model/weights.h"
 #include "model/sequence_state.h"
 
 namespace k3 {
@@ -43,6 +45,10 @@ struct ModelOptions {
   /// Trunk quantized at load (`--trunk-type q8|q4`, model/weights.h quantize_trunk); unset: the
   /// BF16 trunk as published. Used by the Fast kernels (the Reference oracle reads the BF16).
   std::optional<QuantKind> trunk_quant;
+  /// Where the trunk's matrices live (`--trunk-memory map|copy`, io/memory_plan.h TrunkMemory):
+  /// Copy runs model/weights.h copy_trunk at construction (2 MiB-page anonymous memory, the page
+  /// cache's copy dropped). Results are bit-identical either way.
+  TrunkMemory trunk_memory = TrunkMemory::Map;
   /// The group of ranks that runs this model together (core/comm.h; docs/distributed.md); null:
   /// one process. Under N ranks each rank holds the routed experts of its contiguous expert-id
   /// block, the lm_head rows of its vocabulary block, the KDA/MLA heads of its head block (and
@@ -133,6 +139,8 @@ class Model {
   /// mapped_weight_ranges: routed experts excluded when streamed, other ranks' experts and
   /// lm_head rows excluded, quantized trunk matrices excluded), for page-in (core/page_in.h). Views into the mapping: valid while the checkpoint is.
   std::vector<std::span<const uint8_t>> mapped_weight_ranges() const;
+  /// What the construction's trunk copy did (options().trunk_memory == Copy); all zero under Map.
+  const TrunkCopyStats& trunk_copy() const;
   /// This rank's share of the weights (one process: all of them).
   const ModelShard& shard() const;
   /// The model's communicator (options().comm, or the size-1 one when none was given).

@@ -1,6 +1,8 @@
 #include "model/weights.h"
 
+#include <chrono>
 #include <cstring>
+#include <unordered_map>
 #include <mutex>
 #include <string>
 
@@ -254,10 +256,90 @@ uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progr
   return bytes;
 }
 
+TrunkCopyStats copy_trunk(ModelWeights& w, bool drop_mapped, const ProgressFn& progress) {
+  if (w.trunk_copy.data() != nullptr) throw Error("--trunk-memory copy: the trunk is copied already");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<const TensorView**> slots;
+  auto add = [&](const TensorView*& p) {
+    if (p && p->data && p->nbytes > 0 && !p->quant) slots.push_back(&p);
+  };
+  add(w.lm_head);
+  for (LayerWeights& L : w.layers) {
+    if (L.spec.attn == AttnKind::KDA) {
+      for (const TensorView** p : {&L.kda.q_proj, &L.kda.k_proj, &L.kda.v_proj, &L.kda.f_a, &L.kda.f_b, &L.kda.b_proj,
+                                   &L.kda.g_proj, &L.kda.o_proj, &L.kda.o_proj_rows})
+        add(*p);
+    } else {
+      for (const TensorView** p :
+           {&L.mla.q_a, &L.mla.q_b, &L.mla.kv_a, &L.mla.kv_b, &L.mla.g_proj, &L.mla.o_proj, &L.mla.o_proj_rows})
+        add(*p);
+    }
+    if (L.spec.ffn == FfnKind::Dense) {
+      for (const TensorView** p : {&L.dense.gate, &L.dense.up, &L.dense.down, &L.dense.down_rows}) add(*p);
+    } else {
+      add(L.moe.router);
+      add(L.moe.down);
+      add(L.moe.up);
+      if (L.moe.shared)
+        for (const TensorView** p :
+             {&L.moe.shared->gate, &L.moe.shared->up, &L.moe.shared->down, &L.moe.shared->down_rows})
+          add(*p);
+    }
+  }
+  // one copy per distinct view (a view may fill several slots), laid out in slot order
+  std::unordered_map<const TensorView*, size_t> index;
+  std::vector<const TensorView*> src;
+  std::vector<uint64_t> offset;
+  uint64_t total = 0;
+  for (const TensorView** s : slots)
+    if (index.emplace(*s, src.size()).second) {
+      src.push_back(*s);
+      total = (total + 63) & ~uint64_t{63};
+      offset.push_back(total);
+      total += (*s)->nbytes;
+    }
+  TrunkCopyStats st;
+  st.matrices = static_cast<int64_t>(src.size());
+  if (src.empty()) return st;
+  AnonPages mem(total, true, "--trunk-memory copy");
+  std::mutex progress_mu;
+  int64_t n_done = 0;
+  if (progress) progress("trunk copy", 0, st.matrices);
+  // one matrix per task; the first write of each page faults it in as a 2 MiB page
+  parallel_for(st.matrices, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const TensorView& t = *src[static_cast<size_t>(i)];
+      std::memcpy(mem.data() + offset[static_cast<size_t>(i)], t.data, t.nbytes);
+      if (progress) {
+        std::lock_guard<std::mutex> lock(progress_mu);
+        progress("trunk copy", ++n_done, st.matrices);
+      }
+    }
+  });
+  std::vector<const TensorView*> copies(src.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    TensorView v = *src[i];
+    v.data = mem.data() + offset[i];
+    w.trunk_copy_views.push_back(std::move(v));
+    copies[i] = &w.trunk_copy_views.back();
+    st.bytes += src[i]->nbytes;
+  }
+  for (const TensorView** s : slots) *s = copies[index.at(*s)];
+  if (drop_mapped)
+    for (const TensorView* t : src)
+      if (!(w.lm_head_tied && t == w.embed)) st.paged_out += page_out(t->data, t->nbytes);
+  w.trunk_copy = std::move(mem);
+  st.huge_bytes = w.trunk_copy.huge_bytes();
+  st.memory = std::span<const uint8_t>(w.trunk_copy.data(), total);
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
 std::vector<std::span<const uint8_t>> mapped_weight_ranges(const ModelWeights& w, IndexRange experts) {
   std::vector<std::span<const uint8_t>> out;
   auto add = [&](const TensorView* p) {
-    if (p && p->data && !p->quant) out.emplace_back(p->data, static_cast<size_t>(p->nbytes));
+    if (p && p->data && !p->quant && !w.trunk_copy.contains(p->data))
+      out.emplace_back(p->data, static_cast<size_t>(p->nbytes));
   };
   auto add_glu = [&](const GluMlpWeights& g) {
     for (const TensorView* p : {g.gate, g.up, g.down, g.down_rows}) add(p);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/anon_pages.h"
 #include "core/comm.h"
 #include "core/tensor.h"
 #include "io/checkpoint.h"
@@ -121,6 +122,8 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;     ///< [num_hidden_layers]
   std::deque<QuantMatrix> trunk_quant;  ///< encodings owned by quantize_trunk
   std::deque<TensorView> trunk_views;   ///< their views (quant set), replacing the BF16 pointers
+  AnonPages trunk_copy;                 ///< copy_trunk's memory (empty: the trunk is read mapped)
+  std::deque<TensorView> trunk_copy_views;  ///< views into trunk_copy, replacing the mapped pointers
 };
 
 /// Binds every text tensor the forward pass reads, each looked up through the tensor table.
@@ -142,10 +145,33 @@ ModelWeights bind_weights(const Checkpoint& ck);
 /// call at a time: 0 first, then after each matrix.
 uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progress = {});
 
+/// What copy_trunk did.
+struct TrunkCopyStats {
+  int64_t matrices = 0;      ///< matrices copied
+  uint64_t bytes = 0;        ///< bytes copied (Σ nbytes)
+  uint64_t huge_bytes = 0;   ///< of the copy's memory, bytes in 2 MiB pages after copying (AnonPages::huge_bytes)
+  uint64_t paged_out = 0;    ///< mapped bytes advised out of the page cache (core/anon_pages.h page_out)
+  double seconds = 0;        ///< wall time of the copy and the advice
+  std::span<const uint8_t> memory;  ///< the copy's bytes (ModelWeights::trunk_copy), for the read probe
+};
+
+/// `--trunk-memory copy` (io/memory_plan.h TrunkMemory): copies every matrix the forward pass
+/// streams from the mapping — lm_head, the KDA/MLA projections (kv_b included), the routers, the
+/// LatentMoE down/up projections, dense and shared-expert MLPs; not the embedding table (one row
+/// per token) nor the routed experts (MXFP4, mapped or streamed) nor matrices quantize_trunk
+/// replaced (already in RAM) — into one AnonPages region in 2 MiB pages (each matrix 64-byte
+/// aligned, in parallel), points the weights at the copies (same shapes, dtypes and bytes: results
+/// are bit-identical), then, when `drop_mapped`, advises the mapped bytes out of the page cache
+/// (page_out; skipped for a tied lm_head, whose bytes the embedding still reads). Call at most
+/// once, before anything keeps a pointer to the mapped matrices (MLA kv_b halves). `progress`
+/// (may be empty): ("trunk copy", matrices done, matrices). Errors: k3::Error when `w` was
+/// copied already or the memory cannot be mapped (naming --trunk-memory).
+TrunkCopyStats copy_trunk(ModelWeights& w, bool drop_mapped = true, const ProgressFn& progress = {});
+
 /// The bytes of the checkpoint's mapping that forward passes read through `w`, one range per
 /// matrix, for page-in (core/page_in.h): the embedding, lm_head and every projection, router and
 /// MLP matrix (BF16) except those quantize_trunk replaced (their encodings are in RAM and the
-/// BF16 is no longer read), and each routed expert's MXFP4 packed (U8 [rows, cols/2]) and scale
+/// BF16 is no longer read) or copy_trunk copied (read from w.trunk_copy), and each routed expert's MXFP4 packed (U8 [rows, cols/2]) and scale
 /// (U8 [rows, cols/32]) bytes unless the layer's experts are streamed (MoeWeights::store). The
 /// vectors decoded to fp32 at bind time are not included (read once, then). A range may repeat
 /// (tied embeddings: lm_head == embed) and is not page-aligned. `experts`: the expert ids

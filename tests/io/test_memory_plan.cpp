@@ -197,3 +197,22 @@ TEST(MemoryPlan, PerRankPlanSplitsTheTrunkExpertsAndState) {
   r.ranks = 0;
   EXPECT_THROW((void)make_memory_plan(c, g.wb, r), Error);
 }
+
+// `--trunk-memory copy` holds the trunk once (the page cache's copy is dropped), so the plan's
+// terms do not change; the report says where the trunk lives. Names parse both ways.
+TEST(MemoryPlan, TrunkMemoryCopyHoldsTheTrunkOnce) {
+  EXPECT_EQ(trunk_memory_from_name("map"), TrunkMemory::Map);
+  EXPECT_EQ(trunk_memory_from_name("copy"), TrunkMemory::Copy);
+  EXPECT_EQ(trunk_memory_from_name("mlock"), std::nullopt);
+  EXPECT_EQ(trunk_memory_name(TrunkMemory::Copy), "copy");
+  EXPECT_EQ(trunk_memory_name(TrunkMemory::Map), "map");
+  const MemoryPlan mapped = plan(256, TrunkType::BF16);
+  PlanRequest r = mapped.req;
+  r.trunk_memory = TrunkMemory::Copy;
+  const MemoryPlan copied = make_memory_plan(k3_geometry().cfg, k3_geometry().wb, r);
+  EXPECT_EQ(copied.trunk, mapped.trunk);
+  EXPECT_EQ(copied.total, mapped.total);
+  EXPECT_EQ(copied.expert_cache, mapped.expert_cache);
+  EXPECT_NE(copied.format().find("--trunk-memory copy"), std::string::npos) << copied.format();
+  EXPECT_NE(mapped.format().find("--trunk-memory map"), std::string::npos) << mapped.format();
+}

@@ -63,7 +63,7 @@ def gguf(tmp_path_factory):
     (("serve", "-m", MINI, "-fa", "on"), ("-fa", "drop the flag")),
     (("run", "-m", MINI, "-sm", "row"), ("-sm", "no GPU backend")),
     (("run", "-m", MINI, "--mlock"), ("--mlock", "does not lock")),
-    (("run", "-m", MINI, "--no-mmap"), ("--no-mmap", "--stream-experts")),
+    (("run", "-m", MINI, "--no-mmap"), ("--no-mmap", "--trunk-memory copy", "--stream-experts")),
     (("serve", "-m", MINI, "-ctk", "q8_0"), ("-ctk", "-c/--ctx-size")),
     (("serve", "-m", MINI, "--jinja"), ("--jinja", "K3 chat format")),
     (("run", "-m", MINI, "-ub", "512"), ("-ub", "-b/--batch-size")),
@@ -73,6 +73,16 @@ def gguf(tmp_path_factory):
 def test_llama_flags_are_refused_with_advice(args, needles):
     line = one_line_error(k3(*args, timeout=30), *needles)
     assert "found 'gl'" not in line and "was not expected" not in line, line
+
+
+def test_trunk_memory_copy_same_text_and_bad_value_named():
+    """--trunk-memory copy (the trunk in 2 MiB pages) decodes the same greedy text as the mapped
+    trunk; a value other than map|copy is refused naming the flag."""
+    args = ("run", "-m", MINI, "-p", "And God said", "--temp", "0", "-n", "12")
+    mapped, copied = k3(*args), k3(*args, "--trunk-memory", "copy")
+    assert mapped.returncode == 0 and copied.returncode == 0, (mapped.stderr, copied.stderr)
+    assert copied.stdout == mapped.stdout and mapped.stdout.strip(), (mapped.stdout, copied.stdout)
+    one_line_error(k3(*args, "--trunk-memory", "mlock", timeout=30), "--trunk-memory", "mlock")
 
 
 def test_hf_is_not_help():

@@ -6,11 +6,12 @@
 // weight bytes / bandwidth).
 //
 //   k3 bench -m DIR [-t N] [-p 512] [-n 128] [-r 5] [--json] [--probe-mb 1024] [--profile]
-//            [--pin] [--stream-experts | --expert-cache-gb X] [--io-threads 16]
+//            [--pin] [--stream-experts | --expert-cache-gb X] [--io-threads 16] [--trunk-memory map|copy]
 // The yardstick: after each timed decode run, one pass of the read probe over the
 // checkpoint's own mapped weights (the very pages decode reads, same threads); "% of probe" is
 // the median over runs of decode GB/s / that pass's GB/s, so a machine that slows down between
-// runs moves both alike. Anonymous-buffer probes (4 KiB and 2 MiB pages) are printed beside it.
+// runs moves both alike (--trunk-memory copy: the trunk's copy in 2 MiB pages, and the mapped
+// experts). Anonymous-buffer probes (4 KiB and 2 MiB pages) are printed beside it.
 // --profile adds one decode run with per-op timers (kernels/op_profile.h): ms and GB/s per op.
 // (streamed experts: the ExpertStore's hit rate and bytes read are printed on stderr; the
 // drive-bound larger-than-RAM benchmark is bench/expert_stream.cpp)
@@ -56,6 +57,7 @@ struct Options {
   bool stream_experts = false;   ///< experts read from the shards (io/expert_store.h)
   double expert_cache_gb = 0;
   int io_threads = 16;
+  std::string trunk_memory = "map";  ///< --trunk-memory (io/memory_plan.h TrunkMemory)
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -114,13 +116,15 @@ double decode_bytes_formula(const k3::ModelConfig& c, int n_kda, int n_mla, int 
 
 /// The mapped bytes of every text tensor but the embedding (read as a row per token, not as a
 /// stream), in checkpoint order: the memory decode streams, for the weights probe. With
-/// streamed experts the routed experts are not mapped and are left out.
-std::vector<k3::MemRegion> weight_regions(const k3::Checkpoint& ck, bool skip_experts) {
+/// streamed experts the routed experts are not mapped and are left out; with the trunk copied
+/// (`skip_trunk`) the trunk's mapped bytes are not read and are left out.
+std::vector<k3::MemRegion> weight_regions(const k3::Checkpoint& ck, bool skip_experts, bool skip_trunk) {
   std::vector<k3::MemRegion> r;
   for (const k3::TensorView& t : ck.tensors()) {
     const BenchTensor kind = bench_tensor(ck, t);
     if (kind == BenchTensor::Other || kind == BenchTensor::Embedding) continue;
     if (skip_experts && kind == BenchTensor::Expert) continue;
+    if (skip_trunk && kind == BenchTensor::Dense) continue;
     if (t.data != nullptr && t.nbytes > 0) r.push_back({t.data, t.nbytes});
   }
   return r;
@@ -143,13 +147,16 @@ std::string probe_line(const k3::ReadBandwidth& b) {
 }
 
 /// Touches every page of every tensor (parallel) so timed runs read RAM, not the disk; with
-/// streamed experts, every tensor but the routed experts.
-void page_in(const k3::Checkpoint& ck, bool skip_experts) {
+/// streamed experts, every tensor but the routed experts; with the trunk copied, not the trunk's
+/// mapped bytes (the model reads its copy; touching them would read them back from the drive).
+void page_in(const k3::Checkpoint& ck, bool skip_experts, bool skip_trunk) {
   const auto& ts = ck.tensors();
   k3::parallel_for(static_cast<int64_t>(ts.size()), 1, [&](int64_t b, int64_t e) {
     volatile uint8_t sink = 0;
     for (int64_t i = b; i < e; ++i) {
-      if (skip_experts && bench_tensor(ck, ts[i]) == BenchTensor::Expert) continue;
+      const BenchTensor kind = bench_tensor(ck, ts[i]);
+      if (skip_experts && kind == BenchTensor::Expert) continue;
+      if (skip_trunk && kind == BenchTensor::Dense) continue;
       for (uint64_t o = 0; o < ts[i].nbytes; o += 4096) sink = sink ^ ts[i].data[o];
     }
   });
@@ -175,11 +182,16 @@ void run(const Options& o) {
     store = std::make_shared<k3::ExpertStore>(*ck, so);
     mo.expert_store = store;
   }
+  const auto tm = k3::trunk_memory_from_name(o.trunk_memory);
+  if (!tm) throw k3::Error("--trunk-memory: expected map or copy, found '" + o.trunk_memory + "'");
+  mo.trunk_memory = *tm;
+  const bool copied = *tm == k3::TrunkMemory::Copy;
   k3::Model model(*ck, mo);
   k3cli::check_ranks(*ck, model);
   const k3::ModelConfig& c = model.config();
+  const k3::TrunkCopyStats& tc = model.trunk_copy();
   const auto tp0 = Clock::now();
-  page_in(*ck, o.stream_experts);
+  page_in(*ck, o.stream_experts, copied);
   const double t_page = seconds_since(tp0);
 
   // deterministic pseudo-random token ids (avoid the special ids at the top of the vocab)
@@ -231,7 +243,8 @@ void run(const Options& o) {
   // decode: n single-token steps from an empty state (llama-bench tg), each timed run followed by
   // one pass of the weights probe (the first pass after the warm-up run is untimed)
   const double bytes_tok = decode_bytes_from_checkpoint(*ck);
-  const std::vector<k3::MemRegion> regions = weight_regions(*ck, o.stream_experts);
+  std::vector<k3::MemRegion> regions = weight_regions(*ck, o.stream_experts, copied);
+  if (copied && !tc.memory.empty()) regions.insert(regions.begin(), k3::MemRegion{tc.memory.data(), tc.memory.size()});
   std::vector<double> tg, wprobe, ratio;
   auto decode_run = [&] {
     auto s = model.new_sequence();
@@ -273,6 +286,7 @@ void run(const Options& o) {
   k3::ReadProbeOptions po;
   po.bytes = static_cast<uint64_t>(o.probe_mb) << 20;
   po.pin_threads = o.pin;
+  po.huge_pages = false;
   const k3::ReadBandwidth bw = k3::measure_read_bandwidth(po);
   po.huge_pages = true;
   const k3::ReadBandwidth bw_huge = k3::measure_read_bandwidth(po);
@@ -333,7 +347,14 @@ void run(const Options& o) {
                          {{"decode_weight_bytes_per_token", bytes_k3},
                           {"tokens_per_s_at_measured_gbs", k3_tps},
                           {"tokens_per_s_at_probe_gbs", k3_tps_probe}}},
-                        {"page_in_s", t_page}};
+                        {"page_in_s", t_page},
+                        {"trunk_memory",
+                         {{"mode", o.trunk_memory},
+                          {"matrices", tc.matrices},
+                          {"bytes", tc.bytes},
+                          {"huge_page_bytes", tc.huge_bytes},
+                          {"paged_out_bytes", tc.paged_out},
+                          {"seconds", tc.seconds}}}};
     if (comm.size() > 1) {
       const k3::ModelShard& sh = model.shard();
       j["ranks"] = {{"n", comm.size()},
@@ -354,8 +375,16 @@ void run(const Options& o) {
   std::printf("model %s: %d layers (%d KDA, %d MLA, %d MoE of %d experts, top-%d), vocab %d\n", o.model.c_str(),
               c.num_hidden_layers, c.n_kda_layers(), c.n_mla_layers(), c.n_moe_layers(), c.num_experts,
               c.num_experts_per_token, c.vocab_size);
-  std::printf("kernels %s, ISA %s, MXFP4 %s, %d threads (%s); page-in %.1f s; medians of %d runs\n\n", kernels, isa,
+  std::printf("kernels %s, ISA %s, MXFP4 %s, %d threads (%s); page-in %.1f s; medians of %d runs\n", kernels, isa,
               mxfp4.c_str(), nt, k3cli::omp_wait_policy().c_str(), t_page, o.reps);
+  if (copied)
+    std::printf("trunk memory: copy (%lld matrices, %.2f GB, %.2f GB of it in 2 MiB pages, %.2f GB of the mapping "
+                "advised out of the page cache, %.1f s)\n",
+                static_cast<long long>(tc.matrices), tc.bytes / 1e9, tc.huge_bytes / 1e9, tc.paged_out / 1e9,
+                tc.seconds);
+  else
+    std::printf("trunk memory: map (the checkpoint's page-cache pages)\n");
+  std::printf("\n");
   std::printf("| test | t/s | ms/token | weight GB/token | read GB/s | %% of probe |\n|---|---|---|---|---|---|\n");
   std::printf("| pp%d | %.2f | %.2f | | | |\n", o.prompt, pp_tps, 1e3 / pp_tps);
   std::printf("| tg%d | %.3f | %.1f | %.3f | %.2f | %.0f%% |\n\n", o.gen, tg_tps, 1e3 / tg_tps, bytes_tok / 1e9, gbs,
@@ -363,7 +392,7 @@ void run(const Options& o) {
   std::printf("%% of probe: decode GB/s over the weights-probe pass right after each run, median of %d runs\n", o.reps);
   std::printf("read probes (%d threads%s):\n", bw.threads, bw.pinned ? ", pinned" : "");
   std::printf(
-      "  weights (the mapped checkpoint, %.2f GB, as decode reads it): %.2f GB/s median of the passes "
+      "  weights (%.2f GB, the memory decode reads, as it reads it): %.2f GB/s median of the passes "
       "after each run; alone: %s\n",
       wbw.bytes / 1e9, probe_gbs, probe_line(wbw).c_str());
   std::printf("  buffer %.0f MiB, 4 KiB pages: %s (decode: %.0f%% of it)\n", bw.bytes / 1048576.0,
@@ -448,6 +477,10 @@ const k3cli::Registrar kReg(
       sub->add_option("--io-threads", o->io_threads, "streamed experts: reads in flight")
           ->capture_default_str()
           ->check(k3cli::IntRange(1, 1024));
+      sub->add_option("--trunk-memory", o->trunk_memory,
+                      "trunk matrices read from the mapping (map) or from a copy in 2 MiB pages (copy)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"map", "copy"}));
       sub->callback([o] { run(*o); });
     });
 

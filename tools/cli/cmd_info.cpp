@@ -224,6 +224,7 @@ struct InfoOptions {
   bool plan = false;
   std::vector<double> ram_gb;
   std::string trunk_type = "bf16";
+  std::string trunk_memory = "map";  ///< --trunk-memory (io/memory_plan.h TrunkMemory)
   int64_t n_parallel = 1;
   int ranks = 1;  ///< --ranks: the plan of one rank of a tensor + expert parallel group
   double prefix_cache_gb = 0;
@@ -239,6 +240,8 @@ struct InfoOptions {
 std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::ModelConfig& config, const k3::WeightBytes& wb) {
   const auto tt = k3::trunk_type_from_name(o.trunk_type);
   if (!tt) throw k3::Error("--trunk-type: expected bf16, q8 or q4, found '" + o.trunk_type + "'");
+  const auto tm = k3::trunk_memory_from_name(o.trunk_memory);
+  if (!tm) throw k3::Error("--trunk-memory: expected map or copy, found '" + o.trunk_memory + "'");
   if (o.ram_gb.empty()) throw k3::Error("--plan: give the machine's RAM with --ram-gb N (several values allowed)");
   double ram_gbs = o.ram_gbs, drive_gbs = o.drive_gbs;
   if (o.probe) {
@@ -282,6 +285,7 @@ std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::ModelConf
     k3::PlanRequest r;
     r.ram_bytes = static_cast<uint64_t>(g * 1e9);
     r.trunk = *tt;
+    r.trunk_memory = *tm;
     r.stream_experts = !o.mapped;
     if (o.expert_cache_gb >= 0) r.expert_cache_bytes = static_cast<uint64_t>(o.expert_cache_gb * 1e9);
     r.n_ctx = o.n_ctx;
@@ -298,6 +302,7 @@ std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::ModelConf
 nlohmann::json plan_json(const k3::MemoryPlan& p) {
   return {{"ram_bytes", p.req.ram_bytes},
           {"trunk_type", std::string(k3::trunk_type_name(p.req.trunk))},
+          {"trunk_memory", std::string(k3::trunk_memory_name(p.req.trunk_memory))},
           {"stream_experts", p.req.stream_experts},
           {"ranks", p.req.ranks},
           {"rank_experts_per_layer", p.share.experts},
@@ -471,6 +476,9 @@ k3cli::Registrar reg(
           ->check(k3cli::IntRange(1, 4096));
       sub->add_option("--ram-gb", opt->ram_gb, "machine RAM in GB for --plan (several: 64,128)")->delimiter(',');
       sub->add_option("--trunk-type", opt->trunk_type, "plan: trunk type bf16 | q8 | q4")->capture_default_str();
+      sub->add_option("--trunk-memory", opt->trunk_memory,
+                      "plan: trunk matrices map (page cache) | copy (anonymous 2 MiB pages; held once either way)")
+          ->capture_default_str();
       sub->add_option("--parallel", opt->n_parallel, "plan: sequences in parallel")
           ->capture_default_str()
           ->check(k3cli::IntRange(1, 1 << 20));

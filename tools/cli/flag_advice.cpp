@@ -73,10 +73,11 @@ const std::vector<LlamaFlag>& llama_flags() {
       {{"-no-cnv", "--no-conversation"}, "k3 run never converses (it continues the prompt); drop the flag", ""},
       {{"--mlock"},
        "k3 maps the checkpoint read-only and does not lock it in RAM; drop the flag (--ram-gb GB checks that the "
-       "memory plan fits)",
+       "memory plan fits; --trunk-memory copy holds the trunk in anonymous memory)",
        ""},
       {{"--no-mmap", "--mmap"},
-       "k3 always maps the checkpoint; --stream-experts reads the routed experts with pread instead",
+       "k3 maps the checkpoint; --trunk-memory copy copies the trunk into anonymous 2 MiB pages at load (the "
+       "page cache's copy dropped), --stream-experts reads the routed experts with pread instead",
        ""},
       {{"-ctk", "--cache-type-k", "-ctv", "--cache-type-v", "-ctkd", "--cache-type-k-draft", "-ctvd",
         "--cache-type-v-draft"},

@@ -68,6 +68,7 @@ struct GenFlags {
   double ram_gb = 0;  ///< --ram-gb: check the memory plan at start-up (0 = off unless streaming)
   bool warm = false;  ///< --warm: page the model's mapped weights in after loading
   std::string trunk_type = "bf16";
+  std::string trunk_memory = "map";  ///< --trunk-memory (io/memory_plan.h TrunkMemory)
 
   /// Model options of these flags (--trunk-type, --numerics, -t; K3_* via exec_flags.h).
   /// Errors: k3::Error on an unknown trunk type, as exec_config for the rest.
@@ -79,6 +80,9 @@ struct GenFlags {
     if (!t) throw k3::Error("--trunk-type: expected bf16, q8 or q4, found '" + trunk_type + "'");
     if (*t == k3::TrunkType::Q8) mo.trunk_quant = k3::QuantKind::Q8;
     if (*t == k3::TrunkType::Q4) mo.trunk_quant = k3::QuantKind::Q4;
+    const auto m = k3::trunk_memory_from_name(trunk_memory);
+    if (!m) throw k3::Error("--trunk-memory: expected map or copy, found '" + trunk_memory + "'");
+    mo.trunk_memory = *m;
     return mo;
   }
 
@@ -99,6 +103,7 @@ struct GenFlags {
                       ? static_cast<uint64_t>(ram_gb * 1e9)
                       : static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     r.trunk = *k3::trunk_type_from_name(trunk_type == "q8" || trunk_type == "q4" ? trunk_type : "bf16");
+    r.trunk_memory = k3::trunk_memory_from_name(trunk_memory).value_or(k3::TrunkMemory::Map);
     r.stream_experts = stream_experts;
     if (expert_cache_given) r.expert_cache_bytes = static_cast<uint64_t>(expert_cache_gb * 1e9);
     r.n_ctx = n_ctx;
@@ -122,6 +127,7 @@ struct GenFlags {
 
   /// Declares -m, -n, -c, -b, -t, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
   /// --repeat-last-n, --seed, --stream-experts, --expert-cache-gb, --io-threads, --no-direct-io, --ram-gb, --trunk-type,
+  /// --trunk-memory,
   /// --warm on `sub`.
   void add_to(CLI::App* sub) {
     sub->add_option("-m,--model", model_dir, "K3 checkpoint directory (config.json, safetensors, tiktoken.model)")
@@ -186,6 +192,11 @@ struct GenFlags {
                     "trunk weights in RAM: bf16 (as published), q8 or q4 (quantized at load)")
         ->capture_default_str()
         ->check(CLI::IsMember({"bf16", "q8", "q4"}));
+    sub->add_option("--trunk-memory", trunk_memory,
+                    "where the trunk's matrices live: map (the checkpoint's page-cache pages) or copy (copied at "
+                    "load into anonymous 2 MiB pages, the page cache's copy dropped: same RAM, faster reads)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"map", "copy"}));
     sub->add_flag("--warm", warm,
                   "read the model's mapped weights into RAM after loading (the trunk, and the routed experts "
                   "unless streamed), --io-threads at a time; pages already in RAM are skipped; a progress bar "
