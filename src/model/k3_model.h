@@ -43,6 +43,10 @@ struct ModelOptions {
   /// Trunk quantized at load (`--trunk-type q8|q4`, model/weights.h quantize_trunk); unset: the
   /// BF16 trunk as published. Used by the Fast kernels (the Reference oracle reads the BF16).
   std::optional<QuantKind> trunk_quant;
+  /// How the MLA latent caches of this model's sequences store their rows (`--cache-type`,
+  /// kernels/mla_attend.h MlaCacheType): F32 (exact, the default), BF16 or FP8. Sequences made
+  /// by new_sequence() use it; a state holding another type is refused by forward (k3::Error).
+  MlaCacheType mla_cache = MlaCacheType::F32;
   /// The group of ranks that runs this model together (core/comm.h; docs/distributed.md); null:
   /// one process. Under N ranks each rank holds the routed experts of its contiguous expert-id
   /// block, the lm_head rows of its vocabulary block, the KDA/MLA heads of its head block (and

@@ -38,6 +38,7 @@
 #include "kernels/ops.h"
 #include "kernels/read_bandwidth.h"
 #include "kernels/threads.h"
+#include "cache_type_flag.h"
 #include "omp_wait.h"
 #include "model/k3_model.h"
 #include "runtime/nonfinite.h"
@@ -51,6 +52,7 @@ struct Options {
   int threads = 0, prompt = 512, gen = 128, reps = 5, probe_mb = 1024;
   bool json = false;
   k3cli::NumericsFlag numerics;  ///< default k3::default_numerics()
+  k3cli::CacheTypeFlag cache_type;  ///< --cache-type: the MLA cache rows
   bool profile = false;          ///< one more decode run with per-op timers (kernels/op_profile.h)
   bool pin = false;              ///< probes with workers pinned to one CPU each
   bool stream_experts = false;   ///< experts read from the shards (io/expert_store.h)
@@ -166,6 +168,7 @@ void run(const Options& o) {
   k3::ModelOptions mo;
   mo.exec = o.numerics.exec(k3::default_numerics(), o.threads);
   mo.comm = k3cli::world();
+  mo.mla_cache = o.cache_type.type();
   const k3::Numerics numerics = *mo.exec.numerics;
   std::shared_ptr<k3::ExpertStore> store;
   if (o.stream_experts) {
@@ -431,6 +434,7 @@ const k3cli::Registrar kReg(
           ->check(k3cli::IntRange(1, 1 << 20));
       sub->add_flag("--json", o->json, "print JSON instead of tables");
       o->numerics.add_to(sub);
+      o->cache_type.add_to(sub);
       sub->add_flag("--profile", o->profile, "one more decode run with per-op timers: ms/token and GB/s per op");
       sub->add_flag("--pin", o->pin, "pin the read probes' workers to one CPU each");
       sub->add_flag("--stream-experts", o->stream_experts, "read routed experts from the shards on demand");

@@ -33,6 +33,7 @@ struct PplOptions {
   bool json = false;
   k3cli::InputLimit input_limit;
   k3cli::NumericsFlag numerics;  ///< default k3::default_numerics()
+  k3cli::CacheTypeFlag cache_type;  ///< --cache-type
 };
 
 // Progress bar on stderr: redrawn in place on a terminal, a line every ~10% otherwise.
@@ -72,6 +73,7 @@ void run(const PplOptions& o) {
   k3::ModelOptions mo;
   mo.exec = o.numerics.exec(k3::default_numerics(), o.threads);
   mo.comm = k3cli::world();  // under N ranks every rank runs the same windows (ranks.h)
+  mo.mla_cache = o.cache_type.type();
   k3::LoadedModel lm = k3::LoadedModel::open(o.model_dir, mo);
   k3cli::check_ranks(*lm.checkpoint, *lm.model);
   const std::vector<int32_t> tokens = lm.tokenizer->encode(text);
@@ -146,6 +148,7 @@ k3cli::Registrar reg(
           ->check(k3cli::IntRange(0, 1 << 20));
       o->input_limit.add_to(sub);
       o->numerics.add_to(sub);
+      o->cache_type.add_to(sub);
       sub->add_flag("--json", o->json, "print the result as one JSON object");
       sub->callback([o] { run(*o); });
     });

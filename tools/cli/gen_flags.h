@@ -17,6 +17,7 @@
 #include "flag_checks.h"
 #include "io/memory_plan.h"
 #include "kernels/threads.h"
+#include "cache_type_flag.h"
 #include "exec_flags.h"
 #include "omp_wait.h"
 #include "ranks.h"
@@ -68,8 +69,9 @@ struct GenFlags {
   double ram_gb = 0;  ///< --ram-gb: check the memory plan at start-up (0 = off unless streaming)
   bool warm = false;  ///< --warm: page the model's mapped weights in after loading
   std::string trunk_type = "bf16";
+  CacheTypeFlag cache_type;  ///< --cache-type
 
-  /// Model options of these flags (--trunk-type, --numerics, -t; K3_* via exec_flags.h).
+  /// Model options of these flags (--trunk-type, --cache-type, --numerics, -t; K3_* via exec_flags.h).
   /// Errors: k3::Error on an unknown trunk type, as exec_config for the rest.
   k3::ModelOptions model_options() const {
     k3::ModelOptions mo;
@@ -79,6 +81,7 @@ struct GenFlags {
     if (!t) throw k3::Error("--trunk-type: expected bf16, q8 or q4, found '" + trunk_type + "'");
     if (*t == k3::TrunkType::Q8) mo.trunk_quant = k3::QuantKind::Q8;
     if (*t == k3::TrunkType::Q4) mo.trunk_quant = k3::QuantKind::Q4;
+    mo.mla_cache = cache_type.type();
     return mo;
   }
 
@@ -102,6 +105,7 @@ struct GenFlags {
     r.stream_experts = stream_experts;
     if (expert_cache_given) r.expert_cache_bytes = static_cast<uint64_t>(expert_cache_gb * 1e9);
     r.n_ctx = n_ctx;
+    r.mla_cache = cache_type.type();
     r.n_parallel = n_parallel;
     const k3::MemoryPlan p = k3::make_memory_plan(ck->config(), k3::weight_bytes(*ck), r);
     if (ram_gb > 0) std::fprintf(stderr, "%s", p.format().c_str());
@@ -122,6 +126,7 @@ struct GenFlags {
 
   /// Declares -m, -n, -c, -b, -t, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
   /// --repeat-last-n, --seed, --stream-experts, --expert-cache-gb, --io-threads, --no-direct-io, --ram-gb, --trunk-type,
+  /// --cache-type,
   /// --warm on `sub`.
   void add_to(CLI::App* sub) {
     sub->add_option("-m,--model", model_dir, "K3 checkpoint directory (config.json, safetensors, tiktoken.model)")
@@ -190,6 +195,7 @@ struct GenFlags {
                   "read the model's mapped weights into RAM after loading (the trunk, and the routed experts "
                   "unless streamed), --io-threads at a time; pages already in RAM are skipped; a progress bar "
                   "when it takes over a second");
+    cache_type.add_to(sub);
     numerics.add_to(sub);
   }
 
