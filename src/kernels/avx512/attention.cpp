@@ -45,6 +45,48 @@ inline void gemm_tile(const float* a, int64_t lda, const float* b, int64_t ldb, 
   }
 }
 
+// The 8-row tile with its 16 accumulators as named variables (GCC keeps an array of them in
+// memory, storing every one on each k step). Same chains as gemm_tile<8>.
+inline void gemm_tile8(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t nj,
+                       int64_t k, bool accumulate) {
+  const __mmask16 m0 = tail_mask(nj), m1 = tail_mask(nj > 16 ? nj - 16 : 0);
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+         c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+  const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda,
+              *a6 = a + 6 * lda, *a7 = a + 7 * lda;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const float* br = b + kk * ldb;
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, br), b1 = _mm512_maskz_loadu_ps(m1, br + 16);
+    __m512 av = _mm512_set1_ps(a0[kk]);
+    c00 = _mm512_fmadd_ps(av, b0, c00), c01 = _mm512_fmadd_ps(av, b1, c01);
+    av = _mm512_set1_ps(a1[kk]);
+    c10 = _mm512_fmadd_ps(av, b0, c10), c11 = _mm512_fmadd_ps(av, b1, c11);
+    av = _mm512_set1_ps(a2[kk]);
+    c20 = _mm512_fmadd_ps(av, b0, c20), c21 = _mm512_fmadd_ps(av, b1, c21);
+    av = _mm512_set1_ps(a3[kk]);
+    c30 = _mm512_fmadd_ps(av, b0, c30), c31 = _mm512_fmadd_ps(av, b1, c31);
+    av = _mm512_set1_ps(a4[kk]);
+    c40 = _mm512_fmadd_ps(av, b0, c40), c41 = _mm512_fmadd_ps(av, b1, c41);
+    av = _mm512_set1_ps(a5[kk]);
+    c50 = _mm512_fmadd_ps(av, b0, c50), c51 = _mm512_fmadd_ps(av, b1, c51);
+    av = _mm512_set1_ps(a6[kk]);
+    c60 = _mm512_fmadd_ps(av, b0, c60), c61 = _mm512_fmadd_ps(av, b1, c61);
+    av = _mm512_set1_ps(a7[kk]);
+    c70 = _mm512_fmadd_ps(av, b0, c70), c71 = _mm512_fmadd_ps(av, b1, c71);
+  }
+  auto put = [&](int r, __m512 v0, __m512 v1) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), v0);
+      v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), v1);
+    }
+    _mm512_mask_storeu_ps(cr, m0, v0);
+    if (m1) _mm512_mask_storeu_ps(cr + 16, m1, v1);
+  };
+  put(0, c00, c01), put(1, c10, c11), put(2, c20, c21), put(3, c30, c31);
+  put(4, c40, c41), put(5, c50, c51), put(6, c60, c61), put(7, c70, c71);
+}
+
 // e^x per lane, vec_impl.h exp_v's formula (Cephes expf: ln2 split in two constants, degree-6
 // polynomial, 2^n as two factors; x <= ln FLT_MIN gives 0, x > ln FLT_MAX gives inf, NaN stays).
 inline __m512 exp16(__m512 x) {
@@ -79,10 +121,12 @@ void gemm_nn(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
   for (int64_t j0 = 0; j0 < n; j0 += 32) {  // the B panel [k, 32] stays in L1 while the rows pass
     const int64_t nj = n - j0 < 32 ? n - j0 : 32;
     int64_t i0 = 0;
-    for (; i0 + 6 <= m; i0 += 6) gemm_tile<6>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
+    for (; i0 + 8 <= m; i0 += 8) gemm_tile8(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
+    if (i0 + 4 <= m) {
+      gemm_tile<4>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate);
+      i0 += 4;
+    }
     switch (m - i0) {
-      case 5: gemm_tile<5>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate); break;
-      case 4: gemm_tile<4>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate); break;
       case 3: gemm_tile<3>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate); break;
       case 2: gemm_tile<2>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate); break;
       case 1: gemm_tile<1>(a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, nj, k, accumulate); break;
