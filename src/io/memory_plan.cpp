@@ -158,7 +158,7 @@ MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w_all, cons
   p.req = r;
   p.share = share;
   p.trunk = w.f32 + w.embedding + trunk_matrix_bytes(w.bf16, r.trunk);
-  p.state_per_seq = state_bytes(c).total(r.n_ctx) - state_bytes(c).kda_total + share.kda_state;
+  p.state_per_seq = state_bytes(c, r.mla_cache).total(r.n_ctx) - state_bytes(c).kda_total + share.kda_state;
   if (p.state_per_seq > UINT64_MAX / static_cast<uint64_t>(r.n_parallel))
     throw Error("-np/--parallel x -c/--ctx-size: the sequence states overflow 64 bits");
   p.states = p.state_per_seq * static_cast<uint64_t>(r.n_parallel);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/mla_cache_type.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
 
@@ -87,6 +88,7 @@ struct PlanRequest {
   bool stream_experts = true;                  ///< false: experts mapped (all must be resident)
   std::optional<uint64_t> expert_cache_bytes;  ///< unset: everything left after the rest
   int64_t n_ctx = 4096;                        ///< -c
+  MlaCacheType mla_cache = MlaCacheType::F32;  ///< --cache-type: bytes of an MLA cache row
   int64_t n_parallel = 1;                      ///< -np
   uint64_t prefix_cache_bytes = 0;
   double ram_gbs = 0;    ///< RAM read bandwidth (0 = unknown: no speed estimate)

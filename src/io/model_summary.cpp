@@ -59,14 +59,14 @@ ParamCounts count_params(const ModelConfig& c) {
   return p;
 }
 
-StateBytes state_bytes(const ModelConfig& c) {
+StateBytes state_bytes(const ModelConfig& c, MlaCacheType mla_cache) {
   StateBytes s;
   const uint64_t H = static_cast<uint64_t>(c.kda_num_heads), d = static_cast<uint64_t>(c.kda_head_dim);
   const uint64_t K = static_cast<uint64_t>(c.short_conv_kernel_size);
   s.kda_recurrent_per_layer = H * d * d * 4;
   s.kda_conv_per_layer = (K - 1) * 3 * H * d * 4;
   s.kda_total = (s.kda_recurrent_per_layer + s.kda_conv_per_layer) * static_cast<uint64_t>(c.n_kda_layers());
-  s.mla_per_token_per_layer = static_cast<uint64_t>(c.kv_lora_rank + c.qk_rope_head_dim) * 4;
+  s.mla_per_token_per_layer = static_cast<uint64_t>(mla_cache_row_bytes(mla_cache, c.kv_lora_rank, c.qk_rope_head_dim));
   s.mla_per_token = s.mla_per_token_per_layer * static_cast<uint64_t>(c.n_mla_layers());
   return s;
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/mla_cache_type.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
 
@@ -37,7 +38,7 @@ struct StateBytes {
   uint64_t kda_recurrent_per_layer = 0;  ///< kda_num_heads * head_dim * head_dim * 4
   uint64_t kda_conv_per_layer = 0;       ///< (K-1) * 3 * (heads*head_dim) * 4 (raw q,k,v history)
   uint64_t kda_total = 0;                ///< (recurrent + conv) * n_kda_layers; constant in tokens
-  uint64_t mla_per_token_per_layer = 0;  ///< (kv_lora_rank + qk_rope_head_dim) * 4
+  uint64_t mla_per_token_per_layer = 0;  ///< one cache row: mla_cache_row_bytes (f32: (kv_lora_rank + qk_rope_head_dim) * 4)
   uint64_t mla_per_token = 0;            ///< * n_mla_layers
   /// n_tokens * mla_per_token. Throws k3::Error naming -c when n_tokens < 0 or the product
   /// does not fit in 64 bits (overflow-checked: no wrap-around).
@@ -45,7 +46,8 @@ struct StateBytes {
   /// kda_total + n_tokens * mla_per_token; overflow-checked as mla_bytes().
   uint64_t total(int64_t n_tokens) const;
 };
-StateBytes state_bytes(const ModelConfig& c);
+/// The state sizes of `c` with MLA cache rows stored as `mla_cache` (core/mla_cache_type.h).
+StateBytes state_bytes(const ModelConfig& c, MlaCacheType mla_cache = MlaCacheType::F32);
 
 /// What an opened checkpoint holds.
 struct CheckpointStats {

@@ -85,6 +85,8 @@ struct KernelTable {
   void (*exp)(const float* x, float* y, int64_t n);
   /// In-place softmax over x [n], n >= 1 (max subtracted, fp32 sum).
   void (*softmax)(float* x, int64_t n);
+  /// One online-softmax step over x [n], the first n_vis (1..n) visible; vec.h softmax_online.
+  float (*softmax_online)(float* x, int64_t n_vis, int64_t n, float* m, float* l);
   /// y[i] = w[i]·x[i] / sqrt(mean(x²) + eps) (w == nullptr: no weight; may alias).
   void (*rmsnorm)(const float* x, const float* w, float eps, float* y, int64_t n);
   /// y[i] = s·x[i] / sqrt(Σ x² + eps) (may alias).

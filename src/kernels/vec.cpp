@@ -20,6 +20,9 @@ void silu(const float* x, float* y, int64_t n) { tab().silu(x, y, n); }
 void mul_sigmoid(const float* g, float* y, int64_t n) { tab().mul_sigmoid(g, y, n); }
 void exp(const float* x, float* y, int64_t n) { tab().exp(x, y, n); }
 void softmax(float* x, int64_t n) { tab().softmax(x, n); }
+float softmax_online(float* x, int64_t n_vis, int64_t n, float* m, float* l) {
+  return tab().softmax_online(x, n_vis, n, m, l);
+}
 void rmsnorm(const float* x, const float* w, float eps, float* y, int64_t n) { tab().rmsnorm(x, w, eps, y, n); }
 void l2norm(const float* x, float eps, float s, float* y, int64_t n) { tab().l2norm(x, eps, s, y, n); }
 void short_conv_silu(const float* ext, const float* taps, int64_t T, int64_t C, int64_t K, float* out) {

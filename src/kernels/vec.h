@@ -48,6 +48,15 @@ void exp(const float* x, float* y, int64_t n);
 /// In-place numerically stable softmax over x [n] (max subtracted, fp32 sum). n >= 1.
 void softmax(float* x, int64_t n);
 
+/// One step of the online (streaming) softmax of flash attention (Dao et al. 2022, "FlashAttention",
+/// Alg. 1; Milakov & Gimelshein 2018): x [n] holds one query's scores against a tile of keys of
+/// which the first n_vis (1 <= n_vis <= n) are visible; *m and *l are the query's running max and
+/// sum of exponentials over earlier tiles (-inf and 0 before the first). In place:
+/// m' = max(*m, max x[0:n_vis]); x[j] = e^{x[j] − m'} for j < n_vis, 0 for j >= n_vis;
+/// *l = *l·e^{*m − m'} + Σ x; *m = m'. Returns α = e^{m_old − m'} (0 on the first step), the
+/// factor the caller applies to its running output row. fp32, the partial sums of softmax().
+float softmax_online(float* x, int64_t n_vis, int64_t n, float* m, float* l);
+
 /// RMSNorm (spec §3): y[i] = w[i]·x[i] / sqrt(mean(x²) + eps); w == nullptr means no weight.
 /// May alias.
 void rmsnorm(const float* x, const float* w, float eps, float* y, int64_t n);

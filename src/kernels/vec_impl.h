@@ -196,6 +196,45 @@ void softmax(float* x, int64_t n) {
   map1(x, x, n, [inv](vf v) { return v * inv; });
 }
 
+// One online-softmax step (vec.h softmax_online): the max and the exponentials as in softmax
+// above (same partial sums), the visible prefix only; the rest of the row is zeroed.
+float softmax_online(float* x, int64_t n_vis, int64_t n, float* m_run, float* l_run) {
+  vf m = splat(x[0]);
+  int64_t i = 0;
+  for (; i + kLanes <= n_vis; i += kLanes) {
+    const vf v = loadv(x + i);
+    m = v > m ? v : m;
+  }
+  float mx = m[0];
+  for (int l = 1; l < kLanes; ++l) mx = m[l] > mx ? m[l] : mx;
+  for (; i < n_vis; ++i) mx = x[i] > mx ? x[i] : mx;
+  const float m_old = *m_run;
+  const float m_new = m_old > mx ? m_old : mx;
+  vf acc[kUnroll] = {};
+  i = 0;
+  for (; i + kUnroll * kLanes <= n_vis; i += kUnroll * kLanes)
+    for (int u = 0; u < kUnroll; ++u) {
+      const vf e = exp_v(loadv(x + i + u * kLanes) - m_new);
+      storev(x + i + u * kLanes, e);
+      acc[u] += e;
+    }
+  for (; i + kLanes <= n_vis; i += kLanes) {
+    const vf e = exp_v(loadv(x + i) - m_new);
+    storev(x + i, e);
+    acc[0] += e;
+  }
+  if (i < n_vis) {
+    const vf e = exp_v(load_part(x + i, n_vis - i) - m_new);
+    store_part(x + i, e, n_vis - i);
+    acc[1] += lane_index() < static_cast<int32_t>(n_vis - i) ? e : vf{};
+  }
+  for (i = n_vis; i < n; ++i) x[i] = 0.0f;
+  const float alpha = exp_v(splat(m_old - m_new))[0];  // e^{-inf} = 0 for the first step
+  *l_run = *l_run * alpha + hsum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  *m_run = m_new;
+  return alpha;
+}
+
 // RMSNorm: the sum of squares and the scaling in fp64 lanes (each fp32 vector converted as two
 // half-width fp64 vectors, which map to native registers), so each output is one rounding of the
 // fp64 result, like k3::ref::rmsnorm: these norms feed every sublayer, and on random test models
@@ -386,6 +425,7 @@ inline void vec_fill_table(KernelTable& t) {
   t.mul_sigmoid = vecimpl::mul_sigmoid;
   t.exp = vecimpl::exp;
   t.softmax = vecimpl::softmax;
+  t.softmax_online = vecimpl::softmax_online;
   t.rmsnorm = vecimpl::rmsnorm;
   t.l2norm = vecimpl::l2norm;
   t.short_conv_silu = vecimpl::short_conv_silu;

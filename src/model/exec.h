@@ -7,6 +7,7 @@
 // §5.3 (MXFP4 dot).
 #pragma once
 
+#include "kernels/mla_attend.h"
 #include "kernels/ops.h"
 
 namespace k3 {
@@ -15,6 +16,9 @@ namespace k3 {
 struct ExecOptions {
   bool fast = false;                      ///< false: k3::ref oracle code, unchanged
   Mxfp4Path mxfp4 = Mxfp4Path::ExactF32;  ///< MXFP4 expert path on the fast path
+  /// How MLA caches store the rows this forward appends (ModelOptions::mla_cache, `--cache-type`;
+  /// kernels/mla_attend.h). Both paths read every type (the oracle decodes the rows first).
+  MlaCacheType mla_cache = MlaCacheType::F32;
 };
 
 }  // namespace k3

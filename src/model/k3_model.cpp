@@ -66,6 +66,7 @@ struct Model::Impl {
     opt.exec = ctx.config();
     const ExecScope scope(ctx);  // load-time kernels (trunk quantization) run under the model's config
     ex.fast = ctx.kernels == ModelKernels::Fast;
+    ex.mla_cache = opt.mla_cache;
     ex.mxfp4 = ctx.mxfp4;
     for (const LayerSpec& s : cfg.plan) {
       has_kda |= s.attn == AttnKind::KDA;
@@ -182,7 +183,6 @@ struct Model::Impl {
       if (has_kda) kda_local.H = shard.kda_heads.size();
       if (has_mla) {
         mla_local.H = shard.mla_heads.size();
-        mla_local.mode_heads = mla.H;
       }
 
       lm_head_rows = *w.lm_head;
@@ -236,7 +236,7 @@ Comm& Model::comm() const { return *impl_->comm; }
 
 SequenceState Model::new_sequence() const {
   SequenceState s;
-  state_impl(s) = SequenceState::Impl::fresh(impl_->cfg, impl_->shard.rank, impl_->shard.ranks);
+  state_impl(s) = SequenceState::Impl::fresh(impl_->cfg, impl_->shard.rank, impl_->shard.ranks, impl_->ex.mla_cache);
   return s;
 }
 

@@ -49,6 +49,10 @@ struct ModelOptions {
   /// Copy runs model/weights.h copy_trunk at construction (2 MiB-page anonymous memory, the page
   /// cache's copy dropped). Results are bit-identical either way.
   TrunkMemory trunk_memory = TrunkMemory::Map;
+  /// How the MLA latent caches of this model's sequences store their rows (`--cache-type`,
+  /// kernels/mla_attend.h MlaCacheType): F32 (exact, the default), BF16 or FP8. Sequences made
+  /// by new_sequence() use it; a state holding another type is refused by forward (k3::Error).
+  MlaCacheType mla_cache = MlaCacheType::F32;
   /// The group of ranks that runs this model together (core/comm.h; docs/distributed.md); null:
   /// one process. Under N ranks each rank holds the routed experts of its contiguous expert-id
   /// block, the lm_head rows of its vocabulary block, the KDA/MLA heads of its head block (and

@@ -84,7 +84,12 @@ void attend_absorbed(const MlaWeights& w, int64_t h, const float* q, const float
 void mla_attend_ref(const MlaWeights& w, const MlaDims& d, const float* q, int64_t T, const MlaCache& cache,
                     int64_t n_past, bool absorbed, float scale, float* o) {
   const int64_t H = d.H, dq = d.dn + d.dr, row = d.row(), n_all = n_past + T;
-  const float* crows = cache.rows.data();
+  std::vector<float> decoded;  // BF16 / FP8 rows as fp32
+  if (cache.type != MlaCacheType::F32) {
+    decoded.resize(static_cast<size_t>(n_all * row));
+    mla_cache_decode(cache.type, cache.enc.data(), n_all, d.kv_rank, d.dr, decoded.data());
+  }
+  const float* crows = cache.type == MlaCacheType::F32 ? cache.rows.data() : decoded.data();
   std::vector<float> p(n_all), q_abs(d.kv_rank), ctx(d.kv_rank);
   std::vector<float> kv;  // Expanded: [n_all, dn + dv] for one head
   for (int64_t h = 0; h < H; ++h) {
@@ -143,9 +148,15 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x, st
   for (size_t s = 0; s < segs.size(); ++s) {
     if (segs[s].T < 1 || segs[s].row0 != (s == 0 ? 0 : segs[s - 1].row0 + segs[s - 1].T))
       throw Error("MLA batch: sequence " + std::to_string(s) + " rows do not follow the previous one");
-    if (caches[s]->rows.size() % static_cast<size_t>(row) != 0)
-      throw Error("MLA cache: size " + std::to_string(caches[s]->rows.size()) + " is not a multiple of the row width " +
-                  std::to_string(row));
+    const MlaCache& c = *caches[s];
+    if (!c.empty() && c.type != ex.mla_cache)
+      throw Error(std::string("MLA cache: the sequence holds ") + mla_cache_type_name(c.type) +
+                  " rows but the model writes " + mla_cache_type_name(ex.mla_cache) +
+                  " rows (--cache-type must match the state's)");
+    if (c.rows.size() % static_cast<size_t>(row) != 0 || c.enc.size() % static_cast<size_t>(c.row_bytes(d)) != 0 ||
+        (c.type == MlaCacheType::F32 ? !c.enc.empty() : !c.rows.empty()))
+      throw Error("MLA cache: size " + std::to_string(c.rows.size() + c.enc.size()) +
+                  " is not a multiple of the row width " + std::to_string(row));
   }
   const int64_t T = total_rows(segs), S = static_cast<int64_t>(segs.size());
   MlaKvbHalves own_kv_b;
@@ -183,34 +194,36 @@ void mla_forward_batch(const MlaWeights& w, const MlaDims& d, const float* x, st
     if (d.output_gate && H > 0) mm(*w.g_proj, x, gate.data());
   }
 
-  // Per sequence: append [RMSNorm(c), k_r] for each new token, then attend over its cache.
-  // Auto: Absorbed for decode, and for prefill once the Expanded form's per-call k_nope/v
-  // materialization ([n_all, H, dn + dv] fp32, re-done for every prefill chunk) would pass
-  // kMaxExpandedBytes — at K3's widths that is 64 KiB per cached token (6.5 GB at 100k tokens).
-  constexpr int64_t kMaxExpandedBytes = int64_t{256} << 20;
+  // Per sequence: append [RMSNorm(c), k_r] for each new token (encoded as ex.mla_cache), then
+  // attend over its cache. Auto: Absorbed for one token (decode), Expanded (tiled, memory
+  // independent of the context) for several.
   const float scale = 1.0f / std::sqrt(static_cast<float>(dq));  // NoPE: 1/sqrt(dn + dr), no mscale
   FBuf o(T * H * d.dv);
   auto run_seq = [&](int64_t s) {
     MlaCache& cache = *caches[s];
+    if (cache.empty()) cache.type = ex.mla_cache;
     const int64_t n_past = cache.n_tokens(d), Ts = segs[s].T, r0 = segs[s].row0;
-    cache.rows.resize(static_cast<size_t>((n_past + Ts) * row));
+    std::vector<float> fresh(static_cast<size_t>(Ts * row));  // the new rows in fp32
     for (int64_t t = 0; t < Ts; ++t) {
-      float* r = cache.rows.data() + (n_past + t) * row;
+      float* r = fresh.data() + t * row;
       const float* c = &ckv[(r0 + t) * row];
       if (ex.fast) vec::rmsnorm(c, w.kv_a_norm.data(), d.norm_eps, r, d.kv_rank);
       else ref::rmsnorm(c, d.kv_rank, w.kv_a_norm.data(), d.norm_eps, r);
       for (int64_t j = 0; j < d.dr; ++j) r[d.kv_rank + j] = c[d.kv_rank + j];
     }
+    if (cache.type == MlaCacheType::F32) {
+      cache.rows.insert(cache.rows.end(), fresh.begin(), fresh.end());
+    } else {
+      const int64_t rb = cache.row_bytes(d);
+      cache.enc.resize(static_cast<size_t>((n_past + Ts) * rb));
+      mla_cache_encode(cache.type, fresh.data(), Ts, d.kv_rank, d.dr, cache.enc.data() + n_past * rb);
+    }
     if (H == 0) return;  // a rank without heads: the cache still advances
-    const int64_t n_all = n_past + Ts;
-    const int64_t mode_heads = d.mode_heads > 0 ? d.mode_heads : H;
-    const bool too_big = n_all * mode_heads * (d.dn + d.dv) * int64_t{4} > kMaxExpandedBytes;
-    const bool absorbed =
-        mode == MlaMode::Absorbed || (mode == MlaMode::Auto && (Ts == 1 || too_big)) || segs[s].per_token;
+    const bool absorbed = mode == MlaMode::Absorbed || (mode == MlaMode::Auto && Ts == 1) || segs[s].per_token;
     if (ex.fast && absorbed)
-      mla_attend_absorbed(*kv_b, shape, &q[r0 * H * dq], Ts, cache.rows.data(), n_past, &o[r0 * H * d.dv]);
+      mla_attend_absorbed(*kv_b, shape, &q[r0 * H * dq], Ts, cache.view(), n_past, &o[r0 * H * d.dv]);
     else if (ex.fast)
-      mla_attend_expanded(*w.kv_b, shape, &q[r0 * H * dq], Ts, cache.rows.data(), n_past, &o[r0 * H * d.dv]);
+      mla_attend_expanded(*kv_b, shape, &q[r0 * H * dq], Ts, cache.view(), n_past, &o[r0 * H * d.dv]);
     else mla_attend_ref(w, d, &q[r0 * H * dq], Ts, cache, n_past, absorbed, scale, &o[r0 * H * d.dv]);
   };
   // With at least as many sequences as threads, sequences run in parallel (the per-head loops

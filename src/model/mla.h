@@ -26,26 +26,50 @@ struct MlaDims {
   int64_t dn = 0, dr = 0, dv = 0;   ///< qk_nope_head_dim, qk_rope_head_dim (unrotated), v_head_dim
   float norm_eps = 1e-6f;           ///< q_a/kv_a layernorm eps (mla_norm_eps)
   bool output_gate = true;          ///< mla_use_output_gate
-  /// Heads the Auto mode's memory bound counts (0: H). Under the head split H is a rank's heads
-  /// and this the layer's, so every rank picks the form one process picks.
-  int64_t mode_heads = 0;
   int64_t row() const { return kv_rank + dr; }  ///< cache floats per token
   static MlaDims from(const ModelConfig& c);
 };
 
-/// Latent cache of one MLA layer for one sequence: [n_tokens, kv_rank + dr] fp32, per row the
-/// normalized latent c followed by the raw extra key dims k_r. Grows without a cap.
+/// Latent cache of one MLA layer for one sequence: [n_tokens, kv_rank + dr] rows, per row the
+/// normalized latent c followed by the raw extra key dims k_r, stored as `type`
+/// (kernels/mla_attend.h MlaCacheType: F32 in `rows`, BF16/FP8 encoded rows of
+/// mla_cache_row_bytes() bytes in `enc`; the other vector stays empty). An empty cache takes the
+/// type of the forward that first appends to it (ExecOptions::mla_cache). Grows without a cap.
 struct MlaCache {
-  std::vector<float> rows;
-  int64_t n_tokens(const MlaDims& d) const { return static_cast<int64_t>(rows.size()) / d.row(); }
-  uint64_t bytes() const { return rows.size() * sizeof(float); }
+  MlaCacheType type = MlaCacheType::F32;
+  std::vector<float> rows;   ///< F32 rows
+  std::vector<uint8_t> enc;  ///< BF16 / FP8 rows
+  int64_t row_bytes(const MlaDims& d) const { return mla_cache_row_bytes(type, d.kv_rank, d.dr); }
+  int64_t n_tokens(const MlaDims& d) const {
+    return type == MlaCacheType::F32 ? static_cast<int64_t>(rows.size()) / d.row()
+                                     : static_cast<int64_t>(enc.size()) / row_bytes(d);
+  }
+  uint64_t bytes() const { return rows.size() * sizeof(float) + enc.size(); }
+  bool empty() const { return rows.empty() && enc.empty(); }
+  /// The rows as the attention ops read them.
+  MlaRows view() const {
+    return MlaRows{type == MlaCacheType::F32 ? reinterpret_cast<const uint8_t*>(rows.data()) : enc.data(), type};
+  }
+  /// Keeps the first n rows.
+  void truncate(const MlaDims& d, int64_t n) {
+    if (type == MlaCacheType::F32) rows.resize(static_cast<size_t>(n * d.row()));
+    else enc.resize(static_cast<size_t>(n * row_bytes(d)));
+  }
+  /// Room for n rows.
+  void reserve(const MlaDims& d, int64_t n) {
+    if (type == MlaCacheType::F32) rows.reserve(static_cast<size_t>(n * d.row()));
+    else enc.reserve(static_cast<size_t>(n * row_bytes(d)));
+  }
+  void shrink_to_fit() {
+    rows.shrink_to_fit();
+    enc.shrink_to_fit();
+  }
 };
 
 /// How attention over the cache is evaluated; both are exact forms of the same math.
 enum class MlaMode {
-  Auto,      ///< Absorbed for a single token (decode), Expanded for several (prefill) unless
-             ///< materializing k_nope/v for the whole cache would exceed 256 MiB (long contexts)
-  Expanded,  ///< materialize k_nope, v per head for every cached position
+  Auto,      ///< Absorbed for a single token (decode), Expanded for several (prefill)
+  Expanded,  ///< k_nope, v per head expanded tile by tile (flash attention, kernels/mla_attend.h)
   Absorbed,  ///< q_abs = W_kbᵀ q_nope; scores and context in latent space; o = W_vb ctx (spec §3.3)
 };
 

@@ -18,7 +18,7 @@ KdaDims kda_dims_for(const ModelConfig& cfg, int rank, int ranks) {
 }
 }  // namespace
 
-SequenceState::Impl SequenceState::Impl::fresh(const ModelConfig& cfg, int rank, int ranks) {
+SequenceState::Impl SequenceState::Impl::fresh(const ModelConfig& cfg, int rank, int ranks, MlaCacheType mla_cache) {
   Impl s;
   s.rank = rank;
   s.ranks = ranks;
@@ -33,6 +33,7 @@ SequenceState::Impl SequenceState::Impl::fresh(const ModelConfig& cfg, int rank,
       s.group_snapshot_floats += all.H * all.d * all.d + 3 * (all.K - 1) * all.C();
     } else {
       L.mla_dims = MlaDims::from(cfg);
+      L.mla.type = mla_cache;
     }
   }
   return s;
@@ -63,9 +64,10 @@ void SequenceState::Impl::check_matches(const ModelConfig& cfg, const std::strin
                     std::to_string(ref.S.size()) + " + " + std::to_string(ref.conv.size()));
     } else {
       const MlaDims d = MlaDims::from(cfg);
-      if (L.mla.rows.size() != static_cast<size_t>(n_past * d.row()))
-        throw Error(what + ": layer " + std::to_string(il) + " MLA cache holds " + std::to_string(L.mla.rows.size()) +
-                    " floats, expected " + std::to_string(n_past) + " tokens x " + std::to_string(d.row()));
+      if (L.mla.rows.size() + L.mla.enc.size() != static_cast<size_t>(n_past * (L.mla.type == MlaCacheType::F32 ? d.row() : L.mla.row_bytes(d))))
+        throw Error(what + ": layer " + std::to_string(il) + " MLA cache holds " +
+                    std::to_string(L.mla.rows.size() + L.mla.enc.size()) + " values, expected " +
+                    std::to_string(n_past) + " tokens x " + std::to_string(d.row()));
     }
   }
 }
@@ -101,12 +103,12 @@ uint64_t SequenceState::bytes() const {
 void SequenceState::reserve(int64_t n_tokens) {
   if (n_tokens < 0) throw Error("sequence state: reserve of " + std::to_string(n_tokens) + " tokens (expected >= 0)");
   for (LayerState& L : state_impl(*this).layers)
-    if (L.kind == AttnKind::MLA) L.mla.rows.reserve(static_cast<size_t>(n_tokens * L.mla_dims.row()));
+    if (L.kind == AttnKind::MLA) L.mla.reserve(L.mla_dims, n_tokens);
 }
 
 void SequenceState::release_unused() {
   for (LayerState& L : state_impl(*this).layers)
-    if (L.kind == AttnKind::MLA) L.mla.rows.shrink_to_fit();
+    if (L.kind == AttnKind::MLA) L.mla.shrink_to_fit();
 }
 
 void SequenceState::mark_failed() { state_impl(*this).failed = true; }
@@ -162,7 +164,7 @@ void SequenceState::rollback_to(const StateLog& log, int64_t n_past) {
     off += rec;
   }
   for (LayerState& L : s.layers)
-    if (L.kind == AttnKind::MLA) L.mla.rows.resize(static_cast<size_t>(n_past * L.mla_dims.row()));
+    if (L.kind == AttnKind::MLA) L.mla.truncate(L.mla_dims, n_past);
   s.n_past = n_past;
 }
 
@@ -173,8 +175,18 @@ int64_t SequenceState::mla_token_floats() const {
   return n;
 }
 
+MlaCacheType SequenceState::mla_cache_type() const {
+  for (const LayerState& L : state_impl(*this).layers)
+    if (L.kind == AttnKind::MLA) return L.mla.type;
+  return MlaCacheType::F32;
+}
+
 void SequenceState::copy_mla_rows(int64_t begin, int64_t end, std::vector<float>& out) const {
   const Impl& s = state_impl(*this);
+  if (mla_cache_type() != MlaCacheType::F32)
+    throw Error(std::string("prefix cache: MLA rows of a ") + mla_cache_type_name(mla_cache_type()) +
+                " cache cannot be stored (the prefix cache holds f32 rows; use --cache-type f32 or disable the "
+                "prefix cache)");
   if (begin < 0 || begin > end || end > s.n_past)
     throw Error("sequence state: MLA rows [" + std::to_string(begin) + ", " + std::to_string(end) +
                 ") outside the state's " + std::to_string(s.n_past) + " tokens");
@@ -188,6 +200,9 @@ void SequenceState::copy_mla_rows(int64_t begin, int64_t end, std::vector<float>
 
 void SequenceState::append_mla_rows(std::span<const float> rows, int64_t n_tokens) {
   Impl& s = state_impl(*this);
+  if (mla_cache_type() != MlaCacheType::F32)
+    throw Error(std::string("prefix cache: f32 MLA rows cannot be appended to a ") +
+                mla_cache_type_name(mla_cache_type()) + " cache (use --cache-type f32 or disable the prefix cache)");
   if (n_tokens < 0 || static_cast<int64_t>(rows.size()) != n_tokens * mla_token_floats())
     throw Error("sequence state: " + std::to_string(rows.size()) + " floats of MLA rows for " +
                 std::to_string(n_tokens) + " tokens, expected " + std::to_string(n_tokens) + " x " +
@@ -237,8 +252,12 @@ std::string state_difference(const SequenceState& a, const SequenceState& b) {
     if (p.kind == AttnKind::KDA) {
       if (!(d = first_float_difference(p.kda.S, q.kda.S)).empty()) return at + " KDA S: " + d;
       if (!(d = first_float_difference(p.kda.conv, q.kda.conv)).empty()) return at + " KDA conv: " + d;
+    } else if (p.mla.type != q.mla.type) {
+      return at + " MLA cache type " + mla_cache_type_name(p.mla.type) + " vs " + mla_cache_type_name(q.mla.type);
     } else if (!(d = first_float_difference(p.mla.rows, q.mla.rows)).empty()) {
       return at + " MLA rows: " + d;
+    } else if (p.mla.enc != q.mla.enc) {
+      return at + " MLA encoded rows differ";
     }
   }
   return "";

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/mla_attend.h"
+
 namespace k3 {
 
 struct ModelConfig;
@@ -118,13 +120,17 @@ class SequenceState {
 
   /// Floats of one token's MLA rows over all MLA layers (Σ kv_lora_rank + qk_rope_head_dim).
   int64_t mla_token_floats() const;
+  /// How this state's MLA caches store their rows (F32 when it has no MLA layer).
+  MlaCacheType mla_cache_type() const;
   /// Appends to `out` the MLA rows of tokens [begin, end), [n_mla_layers, end − begin, row]
-  /// fp32 (MLA layers in layer order). Errors: k3::Error unless 0 <= begin <= end <= n_past().
+  /// fp32 (MLA layers in layer order). Errors: k3::Error unless 0 <= begin <= end <= n_past(),
+  /// or when the caches are not F32 (the prefix cache stores f32 rows; the error names
+  /// --cache-type).
   void copy_mla_rows(int64_t begin, int64_t end, std::vector<float>& out) const;
   /// Appends `n_tokens` tokens of MLA rows laid out as copy_mla_rows() writes them and advances
   /// n_past() by n_tokens. The KDA state is not touched: the caller then sets it for the new
   /// position (rollback_to a snapshot taken there). Errors: k3::Error (state unchanged) when
-  /// rows.size() != n_tokens · mla_token_floats() or n_tokens < 0.
+  /// rows.size() != n_tokens · mla_token_floats() or n_tokens < 0, or the caches are not F32.
   void append_mla_rows(std::span<const float> rows, int64_t n_tokens);
 
   /// Writes the state (file "K3SEQST1", version 2: JSON header with `meta`, fp32 payload,

@@ -33,6 +33,10 @@ Shape kda_conv_shape(const KdaDims& d) { return {3, d.K - 1, d.C()}; }
 void SequenceState::save(const std::filesystem::path& file, const SequenceFileMeta& meta) const {
   if (!impl_) throw Error("sequence state: save of a moved-from state");
   if (impl_->failed) throw Error("sequence state: save of a state left inconsistent by a failed forward pass");
+  if (mla_cache_type() != MlaCacheType::F32)
+    throw Error("sequence state '" + file.string() + "': its MLA cache holds " +
+                mla_cache_type_name(mla_cache_type()) +
+                " rows; state files hold f32 rows (save with --cache-type f32)");
   if (!meta.ids.empty() && static_cast<int64_t>(meta.ids.size()) != impl_->n_past)
     throw Error("sequence state '" + file.string() + "': " + std::to_string(meta.ids.size()) +
                 " ids recorded for a state of " + std::to_string(impl_->n_past) + " tokens");

@@ -2,7 +2,8 @@
 // only; the runtime uses model/sequence_state.h): what one sequence carries between forward calls.
 //   per KDA layer: recurrent state S [H, d_k, d_v] fp32 (key-major) + short-conv window
 //                  [3, K−1, C] fp32 (model/kda.h)
-//   per MLA layer: latent cache [n_tokens, kv_lora_rank + qk_rope_head_dim] fp32 (model/mla.h)
+//   per MLA layer: latent cache [n_tokens, kv_lora_rank + qk_rope_head_dim] fp32, bf16 or fp8
+//                  (model/mla.h; --cache-type)
 // AttnRes has no cross-token state (spec §3.1). A copy of the state is an independent fork at the
 // same position; save()/load() round-trip it bit-exactly through a self-describing file.
 #pragma once
@@ -37,7 +38,8 @@ struct SequenceState::Impl {
 
   /// A fresh (empty) state laid out for `cfg`, its KDA layers holding rank `rank` of `ranks`'s
   /// heads (split_range; one process: all).
-  static Impl fresh(const ModelConfig& cfg, int rank = 0, int ranks = 1);
+  /// Its MLA caches store rows as `mla_cache` (model/mla.h MlaCache).
+  static Impl fresh(const ModelConfig& cfg, int rank = 0, int ranks = 1, MlaCacheType mla_cache = MlaCacheType::F32);
   /// Throws k3::Error unless this state's layout matches `cfg` and it was laid out for rank
   /// `rank` of `ranks` (`what` names the state's origin).
   void check_matches(const ModelConfig& cfg, const std::string& what, int rank = 0, int ranks = 1) const;

@@ -120,7 +120,7 @@ Scheduler::~Scheduler() {
 }
 
 uint64_t Scheduler::slot_bytes() const {
-  const StateBytes sb = state_bytes(model_.config());
+  const StateBytes sb = state_bytes(model_.config(), model_.options().mla_cache);  // --cache-type rows
   uint64_t b = sb.total(opt_.n_ctx);
   if (opt_.speculation)  // one verify window of KDA records + the drafter's own state
     b += sb.kda_total * static_cast<uint64_t>(opt_.speculation->spec.draft_max + 1) + opt_.speculation->drafter_bytes;

@@ -52,9 +52,13 @@ struct CacheFlags {
         ->check(IntRange(0, int64_t{1} << 30));
   }
 
-  /// The cache these flags ask for, or null when it is off. Errors: k3::Error naming the flag.
+  /// The cache these flags ask for, or null when it is off. Errors: k3::Error naming the flag
+  /// (also when the model's --cache-type is not f32: the prefix cache holds f32 rows).
   std::unique_ptr<k3::PrefixCache> make(const k3::LoadedModel& lm) const {
     if (no_cache || (ram_mib == 0 && dir.empty())) return nullptr;
+    if (lm.model->options().mla_cache != k3::MlaCacheType::F32)
+      throw k3::Error(std::string("--cache-type ") + k3::mla_cache_type_name(lm.model->options().mla_cache) +
+                      ": the prefix cache stores f32 MLA rows; add --no-cache, or use --cache-type f32");
     if (!dir.empty()) refuse_ranks("--cache-dir (the prefix cache on disk)");
     k3::PrefixCacheOptions o;
     o.block_tokens = block;

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "kernels/ops.h"
 #include "kernels/read_bandwidth.h"
 #include "kernels/threads.h"
+#include "cache_type_flag.h"
 #include "omp_wait.h"
 #include "model/k3_model.h"
 #include "runtime/nonfinite.h"
@@ -52,6 +54,8 @@ struct Options {
   int threads = 0, prompt = 512, gen = 128, reps = 5, probe_mb = 1024;
   bool json = false;
   k3cli::NumericsFlag numerics;  ///< default k3::default_numerics()
+  k3cli::CacheTypeFlag cache_type;  ///< --cache-type: the MLA cache rows
+  std::vector<int64_t> depths;   ///< -d: context tokens filled (untimed) before pp and tg; empty: the standard run
   bool profile = false;          ///< one more decode run with per-op timers (kernels/op_profile.h)
   bool pin = false;              ///< probes with workers pinned to one CPU each
   bool stream_experts = false;   ///< experts read from the shards (io/expert_store.h)
@@ -162,6 +166,70 @@ void page_in(const k3::Checkpoint& ck, bool skip_experts, bool skip_trunk) {
   });
 }
 
+// -d DEPTH[,DEPTH...] (llama-bench's depth): per depth, a state is filled with DEPTH
+// pseudo-random ids (untimed), then pp (o.prompt tokens) and tg (o.gen single-token steps) run
+// on forks of it, o.reps times each (medians). The attention reads the whole context, so these
+// are the speeds at that depth. Prints a table, or JSON {"depths": [...]} with --json.
+void run_depths(const Options& o, k3::Model& model, const std::function<int32_t()>& next_id, const std::string& head) {
+  nlohmann::json rows = nlohmann::json::array();
+  if (!o.json) {
+    std::printf("%s", head.c_str());
+    std::printf("| depth | pp%d t/s | tg%d t/s | fill s | state MiB |\n|---|---|---|---|---|\n", o.prompt, o.gen);
+  }
+  for (int64_t depth : o.depths) {
+    std::vector<int32_t> fill(static_cast<size_t>(depth)), prompt(static_cast<size_t>(o.prompt));
+    for (auto& id : fill) id = next_id();
+    for (auto& id : prompt) id = next_id();
+    auto base = model.new_sequence();
+    base.reserve(depth + std::max<int64_t>(o.prompt, o.gen) + 1);
+    const auto tf = Clock::now();
+    if (depth > 0) model.forward(base, fill, false);
+    const double fill_s = seconds_since(tf);
+    std::vector<double> pp, tg;
+    for (int r = 0; r <= o.reps; ++r) {  // r == 0: untimed warm-up
+      auto s = base.fork();
+      const auto t0 = Clock::now();
+      const std::vector<float> logits = model.forward(s, prompt, false);
+      if (r > 0) pp.push_back(seconds_since(t0));
+      if (k3::first_nonfinite(logits) >= 0)
+        throw k3::Error("bench: the prefill logits at depth " + std::to_string(depth) + " are not finite");
+    }
+    for (int r = 0; r <= o.reps; ++r) {
+      auto s = base.fork();
+      int32_t tok = next_id();
+      std::vector<float> last;
+      const auto t0 = Clock::now();
+      for (int i = 0; i < o.gen; ++i) {
+        last = model.forward(s, std::span<const int32_t>(&tok, 1), false);
+        tok = next_id();
+      }
+      if (r > 0) tg.push_back(seconds_since(t0));
+      if (k3::first_nonfinite(last) >= 0)
+        throw k3::Error("bench: the decode logits at depth " + std::to_string(depth) + " are not finite");
+    }
+    const double pp_tps = o.prompt / median(pp), tg_tps = o.gen / median(tg);
+    const double mib = static_cast<double>(base.bytes()) / 1048576.0;
+    if (o.json)
+      rows.push_back({{"depth", depth},
+                      {"fill_s", fill_s},
+                      {"state_bytes", base.bytes()},
+                      {"pp", {{"n_prompt", o.prompt}, {"seconds", pp}, {"tokens_per_s", pp_tps}}},
+                      {"tg", {{"n_gen", o.gen}, {"seconds", tg}, {"tokens_per_s", tg_tps}}}});
+    else {
+      std::printf("| %lld | %.2f | %.2f | %.1f | %.1f |\n", static_cast<long long>(depth), pp_tps, tg_tps, fill_s, mib);
+      std::fflush(stdout);
+    }
+  }
+  if (o.json) {
+    nlohmann::json j = {{"model", o.model},
+                        {"threads", k3::num_threads()},
+                        {"cache_type", o.cache_type.name},
+                        {"isa", k3::isa_name(*model.options().exec.isa)},
+                        {"depths", rows}};
+    std::printf("%s\n", j.dump(2).c_str());
+  }
+}
+
 void run(const Options& o) {
   // Under N ranks every rank runs the same measurements on its shard (the forwards are
   // collective) and rank 0 prints; the communicator's counters of rank 0 per prefill and per
@@ -173,6 +241,7 @@ void run(const Options& o) {
   k3::ModelOptions mo;
   mo.exec = o.numerics.exec(k3::default_numerics(), o.threads);
   mo.comm = k3cli::world();
+  mo.mla_cache = o.cache_type.type();
   const k3::Numerics numerics = *mo.exec.numerics;
   std::shared_ptr<k3::ExpertStore> store;
   if (o.stream_experts) {
@@ -201,6 +270,13 @@ void run(const Options& o) {
     rs = rs * 1664525u + 1013904223u;
     return static_cast<int32_t>((rs >> 8) % static_cast<uint32_t>(id_range));
   };
+  if (!o.depths.empty()) {
+    char head[256];
+    std::snprintf(head, sizeof head, "model %s, %d threads, ISA %s, --cache-type %s; medians of %d runs\n\n",
+                  o.model.c_str(), nt, k3::isa_name(*model.options().exec.isa), o.cache_type.name.c_str(), o.reps);
+    run_depths(o, model, next_id, head);
+    return;
+  }
   std::vector<int32_t> prompt(static_cast<size_t>(o.prompt));
   for (auto& id : prompt) id = next_id();
 
@@ -458,8 +534,14 @@ const k3cli::Registrar kReg(
       sub->add_option("--probe-mb", o->probe_mb, "read-bandwidth probe buffer in MiB")
           ->capture_default_str()
           ->check(k3cli::IntRange(1, 1 << 20));
+      sub->add_option("-d,--depth", o->depths,
+                      "context depths (llama-bench's -d): per depth, DEPTH tokens are prefilled untimed, then pp and "
+                      "tg run on top of them (several: 1024,8192); replaces the standard run and its probes")
+          ->delimiter(',')
+          ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
       sub->add_flag("--json", o->json, "print JSON instead of tables");
       o->numerics.add_to(sub);
+      o->cache_type.add_to(sub);
       sub->add_flag("--profile", o->profile, "one more decode run with per-op timers: ms/token and GB/s per op");
       sub->add_flag("--pin", o->pin, "pin the read probes' workers to one CPU each");
       sub->add_flag("--stream-experts", o->stream_experts, "read routed experts from the shards on demand");

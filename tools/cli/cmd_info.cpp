@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_type_flag.h"
 #include "command.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -144,7 +145,7 @@ void print_human(const std::string& dir, const k3::ModelConfig& c, const k3::Che
   for (const auto& [dt, b] : st.text_bytes_by_dtype)
     std::printf("  %-11s %s in %lld tensors\n", std::string(k3::dtype_name(dt)).c_str(), human_bytes(b).c_str(),
                 static_cast<long long>(st.text_tensors_by_dtype.at(dt)));
-  std::printf("state         per sequence at -c %lld tokens (fp32): %s\n", static_cast<long long>(n_ctx),
+  std::printf("state         per sequence at -c %lld tokens: %s\n", static_cast<long long>(n_ctx),
               human_bytes(sb.total(n_ctx)).c_str());
   std::printf("  KDA         recurrent %s + conv %s per layer x %d = %s (constant in tokens)\n",
               human_bytes(sb.kda_recurrent_per_layer).c_str(), human_bytes(sb.kda_conv_per_layer).c_str(),
@@ -218,6 +219,7 @@ nlohmann::json to_json(const std::string& dir, const k3::ModelConfig& c, const k
 struct InfoOptions {
   std::string dir;
   int64_t n_ctx = 4096;
+  k3cli::CacheTypeFlag cache_type;  ///< --cache-type: the MLA cache rows counted
   bool json = false;
   bool check = false;
   // --plan (io/memory_plan.h)
@@ -289,6 +291,7 @@ std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::ModelConf
     r.stream_experts = !o.mapped;
     if (o.expert_cache_gb >= 0) r.expert_cache_bytes = static_cast<uint64_t>(o.expert_cache_gb * 1e9);
     r.n_ctx = o.n_ctx;
+    r.mla_cache = o.cache_type.type();
     r.n_parallel = o.n_parallel;
     r.ranks = o.ranks;
     r.prefix_cache_bytes = static_cast<uint64_t>(o.prefix_cache_gb * 1e9);
@@ -426,7 +429,7 @@ void run_info(const InfoOptions& o) {
     throw k3::Error(o.dir + ": the tokenizer has " + std::to_string(tok.vocab_size()) +
                     " ids but config.json vocab_size is " + std::to_string(c.vocab_size));
   k3::check_config_token_ids(c, tok.vocab_size(), o.dir + "/config.json");
-  sb_total_checked(k3::state_bytes(c), o.n_ctx);
+  sb_total_checked(k3::state_bytes(c, o.cache_type.type()), o.n_ctx);
   if (o.check) {
     const CheckResult cr = check_tensors(*ck);
     if (!cr.findings.empty()) {
@@ -446,11 +449,12 @@ void run_info(const InfoOptions& o) {
                  o.dir.c_str());
   const auto st = absent ? k3::published_text_stats(c) : k3::checkpoint_stats(*ck);
   const auto p = k3::count_params(c);
-  const auto sb = k3::state_bytes(c);
+  const auto sb = k3::state_bytes(c, o.cache_type.type());
   std::vector<k3::MemoryPlan> plans;
   if (o.plan) plans = make_plans(o, c, absent ? k3::weight_bytes(c) : k3::weight_bytes(*ck));
   if (o.json) {
     nlohmann::json j = to_json(o.dir, c, st, p, sb, o.n_ctx);
+    j["state"]["mla_cache_type"] = o.cache_type.name;
     j["weights_present"] = !absent;
     for (const auto& pl : plans) j["plans"].push_back(plan_json(pl));
     std::printf("%s\n", j.dump(2).c_str());
@@ -467,6 +471,7 @@ k3cli::Registrar reg(
       sub->add_option("-c,--ctx", opt->n_ctx, "context length for the state estimate (tokens)")
           ->capture_default_str()
           ->check(k3cli::IntRange(0));
+      opt->cache_type.add_to(sub);
       sub->add_flag("--json", opt->json, "machine-readable output");
       sub->add_flag("--check", opt->check,
                     "also scan every tensor for NaN/Inf and impossible MXFP4 scales (reads every byte)");

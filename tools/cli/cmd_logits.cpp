@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_type_flag.h"
 #include "command.h"
 #include "exec_flags.h"
 #include "core/error.h"
@@ -69,6 +70,7 @@ int32_t argmax(const float* x, int64_t n) {
 
 struct Options {
   std::string model, ids, ids_file, out, dump, prompt, ids_out;
+  k3cli::CacheTypeFlag cache_type;  ///< --cache-type: the MLA cache rows
   std::vector<std::string> images;
   bool no_think = false;
   int top_k = 5;
@@ -157,6 +159,7 @@ void run(const Options& o) {
   k3::ModelOptions mo;
   mo.exec = o.numerics.exec(k3::Numerics::Exact);
   mo.comm = k3cli::world();
+  mo.mla_cache = o.cache_type.type();
   k3::Model model(*ck, mo);
   k3cli::check_ranks(*ck, model);
   k3::ImagePrompt ip;
@@ -287,6 +290,7 @@ const k3cli::Registrar kReg(
       sub->add_flag("--no-think", o->no_think, "render the chat turn with thinking off");
       sub->add_option("--ids-out", o->ids_out, "with -p: write the rendered ids (comma-separated) to FILE");
       sub->add_option("--out", o->out, "write logits as .npy float32 [n_tokens, vocab]");
+      o->cache_type.add_to(sub);
       sub->add_option("--top-k", o->top_k, "print the top-k logits per position (default 5)")
           ->check(k3cli::IntRange(1, INT32_MAX));
       sub->add_option("--dump", o->dump, "write named intermediates (.npy + manifest.json) to DIR");

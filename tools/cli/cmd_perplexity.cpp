@@ -33,6 +33,7 @@ struct PplOptions {
   bool json = false;
   k3cli::InputLimit input_limit;
   k3cli::NumericsFlag numerics;  ///< default k3::default_numerics()
+  k3cli::CacheTypeFlag cache_type;  ///< --cache-type
 };
 
 // Progress bar on stderr: redrawn in place on a terminal, a line every ~10% otherwise.
@@ -66,12 +67,14 @@ class Progress {
 
 void run(const PplOptions& o) {
   k3::perplexity_windows(2, o.n_ctx, o.stride == 0 ? o.n_ctx / 2 : o.stride);  // flag check before loading
+  const k3::MlaCacheType cache_type = o.cache_type.type();                        // likewise
   const std::string text = k3::read_file_bounded(o.file, "-f/--file", o.input_limit.limits());
   k3cli::check_utf8(text, false, "-f/--file '" + o.file + "'");
   k3cli::set_threads(o.threads);
   k3::ModelOptions mo;
   mo.exec = o.numerics.exec(k3::default_numerics(), o.threads);
   mo.comm = k3cli::world();  // under N ranks every rank runs the same windows (ranks.h)
+  mo.mla_cache = cache_type;
   k3::LoadedModel lm = k3::LoadedModel::open(o.model_dir, mo);
   k3cli::check_ranks(*lm.checkpoint, *lm.model);
   const std::vector<int32_t> tokens = lm.tokenizer->encode(text);
@@ -146,6 +149,7 @@ k3cli::Registrar reg(
           ->check(k3cli::IntRange(0, 1 << 20));
       o->input_limit.add_to(sub);
       o->numerics.add_to(sub);
+      o->cache_type.add_to(sub);
       sub->add_flag("--json", o->json, "print the result as one JSON object");
       sub->callback([o] { run(*o); });
     });

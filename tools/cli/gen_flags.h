@@ -17,6 +17,7 @@
 #include "flag_checks.h"
 #include "io/memory_plan.h"
 #include "kernels/threads.h"
+#include "cache_type_flag.h"
 #include "exec_flags.h"
 #include "omp_wait.h"
 #include "ranks.h"
@@ -69,8 +70,9 @@ struct GenFlags {
   bool warm = false;  ///< --warm: page the model's mapped weights in after loading
   std::string trunk_type = "bf16";
   std::string trunk_memory = "map";  ///< --trunk-memory (io/memory_plan.h TrunkMemory)
+  CacheTypeFlag cache_type;  ///< --cache-type
 
-  /// Model options of these flags (--trunk-type, --numerics, -t; K3_* via exec_flags.h).
+  /// Model options of these flags (--trunk-type, --cache-type, --numerics, -t; K3_* via exec_flags.h).
   /// Errors: k3::Error on an unknown trunk type, as exec_config for the rest.
   k3::ModelOptions model_options() const {
     k3::ModelOptions mo;
@@ -83,6 +85,7 @@ struct GenFlags {
     const auto m = k3::trunk_memory_from_name(trunk_memory);
     if (!m) throw k3::Error("--trunk-memory: expected map or copy, found '" + trunk_memory + "'");
     mo.trunk_memory = *m;
+    mo.mla_cache = cache_type.type();
     return mo;
   }
 
@@ -107,6 +110,7 @@ struct GenFlags {
     r.stream_experts = stream_experts;
     if (expert_cache_given) r.expert_cache_bytes = static_cast<uint64_t>(expert_cache_gb * 1e9);
     r.n_ctx = n_ctx;
+    r.mla_cache = cache_type.type();
     r.n_parallel = n_parallel;
     const k3::MemoryPlan p = k3::make_memory_plan(ck->config(), k3::weight_bytes(*ck), r);
     if (ram_gb > 0) std::fprintf(stderr, "%s", p.format().c_str());
@@ -128,6 +132,7 @@ struct GenFlags {
   /// Declares -m, -n, -c, -b, -t, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
   /// --repeat-last-n, --seed, --stream-experts, --expert-cache-gb, --io-threads, --no-direct-io, --ram-gb, --trunk-type,
   /// --trunk-memory,
+  /// --cache-type,
   /// --warm on `sub`.
   void add_to(CLI::App* sub) {
     sub->add_option("-m,--model", model_dir, "K3 checkpoint directory (config.json, safetensors, tiktoken.model)")
@@ -201,6 +206,7 @@ struct GenFlags {
                   "read the model's mapped weights into RAM after loading (the trunk, and the routed experts "
                   "unless streamed), --io-threads at a time; pages already in RAM are skipped; a progress bar "
                   "when it takes over a second");
+    cache_type.add_to(sub);
     numerics.add_to(sub);
   }
 

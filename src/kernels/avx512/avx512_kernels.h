@@ -20,4 +20,8 @@ void gemm_bf16_dp(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* xb,
                   int64_t ldy, int64_t r0, int64_t r1);
 void gemm_mxfp4_dp(const uint8_t* packed, const uint8_t* scale, int64_t k, const uint16_t* xb, int64_t ldxb, int64_t t,
                    float* y, int64_t ldy, int64_t r0, int64_t r1);
+/// vec.h gemm_nn / softmax_online with 16-lane vectors (avx512/attention.cpp).
+void gemm_nn(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t n,
+             int64_t k, bool accumulate);
+float softmax_online(float* x, int64_t n_vis, int64_t n, float* m, float* l);
 }  // namespace k3::avx512

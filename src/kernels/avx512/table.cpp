@@ -20,6 +20,8 @@ const KernelTable& kernel_table_avx512() {
     k.gemm_bf16_dp = avx512::gemm_bf16_dp;
     k.gemm_mxfp4_dp = avx512::gemm_mxfp4_dp;
     k.gemm_q8_q8 = detail::gemm_q8_q8_avx512;
+    k.gemm_nn = avx512::gemm_nn;
+    k.softmax_online = avx512::softmax_online;
     return k;
   }();
   return t;
