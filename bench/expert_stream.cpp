@@ -14,7 +14,8 @@
 // --rounds repeats the whole list (budget x prefetch) so an A/B is interleaved. Columns: the drive
 // rate counts every byte read (wasted prefetch reads too) over the wall time; "useful" leaves the
 // wasted reads out; "prediction" is the share of the experts used that the prediction named;
-// "cache hits" leaves out the hits on experts a prefetch read.
+// "cache hits" leaves out the hits on experts a prefetch read; "drive busy" is the share of the
+// wall time with at least one read in flight.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -93,8 +94,8 @@ int main(int argc, char** argv) {
           "model %s: %d MoE layers x %d experts (top-%d); page cache %s\n"
           "drive probe (%s, %d in flight, %.2f MB records): sequential %.2f GB/s, random %.2f GB/s\n\n"
           "| cache | prefetch | tokens/s | s/token | hit rate | cache hits | prediction | GB read/token | wasted "
-          "GB/token | drive GB/s | %% of random probe | useful %% | wait s/token | I/O |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+          "GB/token | drive GB/s | %% of random probe | useful %% | drive busy | wait s/token | I/O |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
           dir.c_str(), c.n_moe_layers(), c.num_experts, c.num_experts_per_token, dropped ? "dropped" : "NOT dropped",
           seq.direct ? "O_DIRECT" : "buffered", io_threads, static_cast<double>(po.record_bytes) / 1e6, seq.gbs,
           rnd.gbs);
@@ -153,6 +154,7 @@ int main(int argc, char** argv) {
                              {"prefetch_wasted_bytes", st.prefetch_wasted_bytes},
                              {"prefetch_cancelled", st.prefetch_cancelled},
                              {"useful_gbs", useful_gbs},
+                             {"busy_seconds", st.busy_seconds},
                              {"cache_fraction", f},
                              {"cache_bytes", so.cache_bytes},
                              {"tokens", n_gen},
@@ -169,12 +171,13 @@ int main(int argc, char** argv) {
                              {"read_seconds_sum", st.read_seconds},
                              {"io_mode", store->io_mode()}});
       if (!json)
-        std::printf("| %.0f%% (%.1f GB) | %s | %.3f | %.2f | %.1f%% | %.1f%% | %s | %.3f | %.3f | %.2f | %.0f%% | %.0f%% | %.2f | %s |\n",
+        std::printf("| %.0f%% (%.1f GB) | %s | %.3f | %.2f | %.1f%% | %.1f%% | %s | %.3f | %.3f | %.2f | %.0f%% | %.0f%% | %.0f%% | %.2f | %s |\n",
                     100 * f, static_cast<double>(so.cache_bytes) / 1e9, pf.c_str(), tps, 1 / tps, 100 * hit,
                     100 * cache_hit, so.prefetch ? (std::to_string(static_cast<int>(std::lround(100 * predicted))) + "%").c_str() : "-",
                     static_cast<double>(st.bytes_read) / n_gen / 1e9,
                     static_cast<double>(st.prefetch_wasted_bytes) / n_gen / 1e9, gbs, 100 * gbs / rnd.gbs,
-                    100 * useful_gbs / rnd.gbs, st.wait_seconds / n_gen, store->io_mode().c_str());
+                    100 * useful_gbs / rnd.gbs, 100 * st.busy_seconds / secs, st.wait_seconds / n_gen,
+                    store->io_mode().c_str());
       std::fflush(stdout);
     }
     if (json) std::printf("%s\n", out.dump(2).c_str());

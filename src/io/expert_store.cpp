@@ -114,6 +114,8 @@ struct ExpertStore::Impl {
   ExpertStoreStats st;
   bool stop = false;
   std::vector<std::thread> threads;
+  int in_flight = 0;      // reads being served by I/O threads
+  double busy_since = 0;  // when in_flight last left 0
 
   Impl(const Checkpoint& c, const ExpertStoreOptions& o) : ck(c), opt(o) {
     if (opt.io_threads < 1)
@@ -131,6 +133,7 @@ struct ExpertStore::Impl {
     }
     work_cv.notify_all();
     for (auto& t : threads) t.join();
+    for (auto& [size, b] : pool) std::free(b);
   }
 
   int open_file(const std::string& fname, std::map<std::string, int>& by_name) {
@@ -233,6 +236,35 @@ struct ExpertStore::Impl {
     return slots[static_cast<size_t>(moe_index[static_cast<size_t>(layer)])][static_cast<size_t>(e)];
   }
 
+  // ---- buffers (caller holds mu) ----
+  // Freed expert buffers are kept for reuse (at most kPoolBuffers): a fresh 4 KiB-aligned
+  // allocation of an expert's size is a new mapping whose pages the kernel zeroes on the first
+  // read into them, CPU time per read that a reused buffer does not cost.
+  static constexpr size_t kPoolBuffers = 16;
+  std::vector<std::pair<uint64_t, uint8_t*>> pool;  // (size, buffer)
+
+  uint8_t* take_buffer(uint64_t need) {
+    for (size_t i = 0; i < pool.size(); ++i)
+      if (pool[i].first == need) {
+        uint8_t* b = pool[i].second;
+        pool[i] = pool.back();
+        pool.pop_back();
+        return b;
+      }
+    auto* b = static_cast<uint8_t*>(std::aligned_alloc(kAlign, align_up(need)));
+    if (!b) throw Error("expert store: out of memory allocating " + std::to_string(need) + " bytes");
+    return b;
+  }
+
+  /// Forgets `en` (not pinned, not queued); its buffer goes to the pool or is freed.
+  void drop(Entry* en) {
+    if (en->buf && pool.size() < kPoolBuffers) {
+      pool.emplace_back(en->slot->buf_bytes, en->buf);
+      en->buf = nullptr;
+    }
+    entries.erase(en->key);
+  }
+
   // ---- cache (caller holds mu) ----
   void evict_to(uint64_t budget) {
     while (resident > budget && !lru.empty()) {
@@ -244,7 +276,7 @@ struct ExpertStore::Impl {
         ++st.prefetch_wasted;
         st.prefetch_wasted_bytes += victim->slot->buf_bytes;
       }
-      entries.erase(victim->key);  // frees the buffer
+      drop(victim);
     }
   }
 
@@ -252,7 +284,7 @@ struct ExpertStore::Impl {
     if (--en->pins > 0) return;
     if (en->state == State::Failed) {  // forget it: a later acquire reads again
       resident -= en->slot->buf_bytes;
-      entries.erase(en->key);
+      drop(en);
       return;
     }
     lru.push_front(en);
@@ -280,7 +312,7 @@ struct ExpertStore::Impl {
         low.erase(std::find(low.begin(), low.end(), en));
         resident -= en->slot->buf_bytes;
         ++st.prefetch_cancelled;
-        entries.erase(en->key);
+        drop(en);
       } else {
         unpin(en);
       }
@@ -299,8 +331,7 @@ struct ExpertStore::Impl {
     en->layer = layer;
     en->expert = e;
     en->slot = sl;
-    en->buf = static_cast<uint8_t*>(std::aligned_alloc(kAlign, align_up(need)));
-    if (!en->buf) throw Error("expert store: out of memory allocating " + std::to_string(need) + " bytes");
+    en->buf = take_buffer(need);
     en->pins = 2;  // the caller's and the I/O thread's
     resident += need;
     entries.emplace(key, std::move(owned));
@@ -374,6 +405,7 @@ struct ExpertStore::Impl {
           low.pop_front();
           en->queued_low = false;
         }
+        if (in_flight++ == 0) busy_since = now_s();
       }
       // en stays alive while it is read: acquire() gave it a pin of its own, dropped below.
       const double t0 = now_s();
@@ -391,6 +423,7 @@ struct ExpertStore::Impl {
       const double dt = now_s() - t0;
       {
         std::lock_guard<std::mutex> g(mu);
+        if (--in_flight == 0) st.busy_seconds += now_s() - busy_since;
         st.reads += nreads;
         st.bytes_read += got;
         st.read_seconds += dt;
@@ -528,12 +561,14 @@ ExpertStoreStats ExpertStore::stats() const {
   std::lock_guard<std::mutex> g(impl_->mu);
   ExpertStoreStats r = impl_->st;
   r.resident_bytes = impl_->resident;
+  if (impl_->in_flight > 0) r.busy_seconds += now_s() - impl_->busy_since;
   return r;
 }
 
 void ExpertStore::reset_stats() {
   std::lock_guard<std::mutex> g(impl_->mu);
   impl_->st = ExpertStoreStats{};
+  if (impl_->in_flight > 0) impl_->busy_since = now_s();
 }
 
 // ---- Lease ----

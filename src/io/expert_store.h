@@ -19,7 +19,9 @@
 // cache_bytes; beyond it the least recently used unpinned experts are freed (LRU). cache_bytes = 0
 // keeps nothing: an expert's buffer lives only while a lease pins it (then the transient memory is
 // one layer's selected experts). Pinned experts are never evicted, so the resident bytes may
-// exceed the budget by at most the experts of the calls in progress.
+// exceed the budget by at most the experts of the calls in progress. A freed expert's buffer is
+// kept for reuse (at most 16 buffers, outside the budget): a new buffer's pages are zeroed by
+// the kernel on the first read into them, CPU time a reused buffer does not cost.
 //
 // Prefetch: prefetch(layer, ids) pins a predicted list of experts of a layer (the model predicts
 // the next MoE layer's experts while the current layer computes, model/latent_moe.h
@@ -68,6 +70,7 @@ struct ExpertStoreStats {
   uint64_t resident_bytes = 0;  ///< now (pinned + cached)
   double read_seconds = 0;      ///< sum over I/O threads of time spent inside pread
   double wait_seconds = 0;      ///< time callers spent blocked in Lease::wait
+  double busy_seconds = 0;      ///< wall time with at least one read in flight (the drive busy)
   // Prefetch (see ExpertStore::prefetch). hits counts an acquired expert that a prefetch read
   // (or is reading) as a hit; hits - prefetch_used are the cache's own hits.
   uint64_t prefetched = 0;             ///< experts whose read prefetch() queued

@@ -10,8 +10,9 @@
 //   trunk     = F32 bytes + BF16 embedding + the other BF16 matrices at the trunk type:
 //               bf16 x1, q8 x(1 + 4/32)/2 (int8 + one fp32 scale per 32), q4 x(0.5 + 4/32)/2
 //   states    = n_parallel x (KDA state + n_ctx x MLA cache bytes per token)   (model_summary.h)
-//   transient = streamed: 2·G experts pinned by a prefill chunk, G = max(2·top_k, 32)
-//               (model/latent_moe.cpp); mapped: 0
+//   transient = streamed: 3·G experts — 2·G pinned by a prefill chunk (G = max(2·top_k, 32),
+//               model/latent_moe.cpp) and G by the next layer's prediction (ExpertStore::
+//               prefetch) — plus the store's 16 reusable buffers; mapped: 0
 //   reserve   = max(2 GB, 3% of RAM): OS, page tables, activations, logits
 //   experts   = streamed: the cache (given, or everything left: min(left, all experts));
 //               mapped: all routed experts must be resident
