@@ -185,6 +185,8 @@ MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w_all, cons
     const double t_drive = p.drive_bytes_per_token > 0 ? p.drive_bytes_per_token / (r.drive_gbs * 1e9) : 0.0;
     p.tokens_per_s_serial = 1.0 / (t_ram + t_drive);
     p.tokens_per_s_overlapped = 1.0 / std::max(t_ram, t_drive);
+    const double pr = r.prediction_right;
+    if (pr > 0) p.tokens_per_s_prefetch = 1.0 / std::max(t_ram + (1 - pr) * t_drive, (2 - pr) * t_drive);
   }
   if (!p.fits) {
     std::string why = "memory plan: " +
@@ -268,6 +270,12 @@ std::string MemoryPlan::format() const {
                   "with reads hidden behind compute\n",
                   req.ram_gbs, req.drive_gbs, tokens_per_s_serial, 1 / tokens_per_s_serial, tokens_per_s_overlapped);
     o += b;
+    if (tokens_per_s_prefetch > 0) {
+      std::snprintf(b, sizeof b,
+                    "  with next-layer prefetch right for %.0f%% of the experts: %.3f tokens/s (%.2f s/token)\n",
+                    100 * req.prediction_right, tokens_per_s_prefetch, 1 / tokens_per_s_prefetch);
+      o += b;
+    }
   } else {
     o += "  decode speed: unknown (give --ram-gbs and --drive-gbs, or --probe)\n";
   }

@@ -198,3 +198,26 @@ TEST(MemoryPlan, PerRankPlanSplitsTheTrunkExpertsAndState) {
   r.ranks = 0;
   EXPECT_THROW((void)make_memory_plan(c, g.wb, r), Error);
 }
+
+// The prefetch estimate: p = 1 is the overlapped bound, p = 0 no better than serial, in between
+// max(t_ram + (1 - p) t_drive, (2 - p) t_drive).
+TEST(MemoryPlan, PrefetchEstimate) {
+  PlanRequest r;
+  r.ram_bytes = 64'000'000'000ull;
+  r.trunk = TrunkType::Q4;
+  r.ram_gbs = 30;
+  r.drive_gbs = 7;
+  const MemoryPlan none = make_memory_plan(k3_geometry().cfg, k3_geometry().wb, r);
+  EXPECT_EQ(none.tokens_per_s_prefetch, 0.0);
+  const double t_ram = none.ram_bytes_per_token / 30e9, t_drive = none.drive_bytes_per_token / 7e9;
+  for (const double p : {1.0, 0.5, 0.0001}) {
+    r.prediction_right = p;
+    const MemoryPlan m = make_memory_plan(k3_geometry().cfg, k3_geometry().wb, r);
+    EXPECT_NEAR(1 / m.tokens_per_s_prefetch, std::max(t_ram + (1 - p) * t_drive, (2 - p) * t_drive), 1e-9);
+    EXPECT_LE(m.tokens_per_s_prefetch, m.tokens_per_s_overlapped * (1 + 1e-12));
+    EXPECT_NE(m.format().find("with next-layer prefetch right for"), std::string::npos);
+  }
+  r.prediction_right = 1.0;
+  const MemoryPlan full = make_memory_plan(k3_geometry().cfg, k3_geometry().wb, r);
+  EXPECT_NEAR(full.tokens_per_s_prefetch, full.tokens_per_s_overlapped, 1e-12);
+}
