@@ -3,12 +3,19 @@
 // expert-sized records) measured in the same run, with the page cache dropped first.
 //
 //   k3_bench_expert_stream -m DIR [-n 12] [--warmup 2] [--budgets 0,0.25,0.5] [--io-threads 16]
-//                          [--probe-records 64] [-t N] [--no-drop] [--json]
+//                          [--prefetch on,off] [--rounds 1] [--probe-records 64] [-t N] [--no-drop]
+//                          [--json]
 //
 // DIR: a checkpoint larger than RAM, e.g. tools/reference/gen_bench_model.py --layers 3
 // --experts 896 (2 MoE layers of 896 real-size experts, ~37 GB). Each budget is a fraction of all
 // routed expert bytes (0 = no cache). Per budget: a fresh ExpertStore; untimed warm-up decode
 // tokens (--warmup, plus as many as could fill the cache), then -n timed decode tokens.
+// --prefetch lists the next-layer prefetch settings (ExpertStore::prefetch) to run per budget;
+// --rounds repeats the whole list (budget x prefetch) so an A/B is interleaved. Columns: the drive
+// rate counts every byte read (wasted prefetch reads too) over the wall time; "useful" leaves the
+// wasted reads out; "prediction" is the share of the experts used that the prediction named;
+// "cache hits" leaves out the hits on experts a prefetch read; "drive busy" is the share of the
+// wall time with at least one read in flight.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -43,12 +50,18 @@ int main(int argc, char** argv) {
   int n_gen = 12, warmup = 2, io_threads = 16, threads = 0;
   int64_t probe_records = 64;
   std::vector<double> budgets{0, 0.25, 0.5};
+  std::vector<std::string> prefetch_modes{"on"};
+  int rounds = 1;
   bool no_drop = false, json = false;
   app.add_option("-m,--model", dir, "checkpoint directory")->required();
   app.add_option("-n", n_gen, "timed decode tokens per budget")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", warmup, "untimed decode tokens per budget")->check(CLI::Range(0, 1000));
   app.add_option("--budgets", budgets, "expert cache budgets as fractions of all experts")->delimiter(',');
   app.add_option("--io-threads", io_threads, "reads in flight")->check(CLI::Range(1, 1024));
+  app.add_option("--prefetch", prefetch_modes, "next-layer prefetch settings to run: on, off or both (on,off)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--rounds", rounds, "repeat the budget x prefetch list this many times")->check(CLI::Range(1, 1000));
   app.add_option("--probe-records", probe_records, "records per drive-probe pattern")->check(CLI::Range(1, 1 << 20));
   app.add_option("-t,--threads", threads, "compute threads (0 = all)");
   app.add_flag("--no-drop", no_drop, "do not drop the page cache first");
@@ -80,8 +93,9 @@ int main(int argc, char** argv) {
       std::printf(
           "model %s: %d MoE layers x %d experts (top-%d); page cache %s\n"
           "drive probe (%s, %d in flight, %.2f MB records): sequential %.2f GB/s, random %.2f GB/s\n\n"
-          "| cache | tokens/s | s/token | hit rate | GB read/token | drive GB/s | %% of random probe | wait s/token | I/O |\n"
-          "|---|---|---|---|---|---|---|---|---|\n",
+          "| cache | prefetch | tokens/s | s/token | hit rate | cache hits | prediction | GB read/token | wasted "
+          "GB/token | drive GB/s | %% of random probe | useful %% | drive busy | wait s/token | I/O |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
           dir.c_str(), c.n_moe_layers(), c.num_experts, c.num_experts_per_token, dropped ? "dropped" : "NOT dropped",
           seq.direct ? "O_DIRECT" : "buffered", io_threads, static_cast<double>(po.record_bytes) / 1e6, seq.gbs,
           rnd.gbs);
@@ -90,9 +104,12 @@ int main(int argc, char** argv) {
       rs = rs * 1664525u + 1013904223u;
       return static_cast<int32_t>((rs >> 8) % static_cast<uint32_t>(std::max(2, c.vocab_size - 256)));
     };
-    for (double f : budgets) {
+    for (int round = 0; round < rounds; ++round)
+    for (double f : budgets)
+    for (const std::string& pf : prefetch_modes) {
       k3::ExpertStoreOptions so;
       so.io_threads = io_threads;
+      so.prefetch = pf == "on";
       auto probe_store = std::make_unique<k3::ExpertStore>(*ck, so);
       const uint64_t total = probe_store->total_expert_bytes();
       probe_store.reset();
@@ -123,8 +140,22 @@ int main(int argc, char** argv) {
       const double acquired = static_cast<double>(st.hits + st.misses);
       const double hit = acquired > 0 ? static_cast<double>(st.hits) / acquired : 0;
       const double gbs = static_cast<double>(st.bytes_read) / secs / 1e9;
+      const double useful_gbs = static_cast<double>(st.bytes_read - std::min(st.bytes_read, st.prefetch_wasted_bytes)) / secs / 1e9;
+      const double cache_hit = acquired > 0 ? static_cast<double>(st.hits - st.prefetch_used) / acquired : 0;
+      const double predicted = st.predicted > 0 ? static_cast<double>(st.predicted_right) / static_cast<double>(st.predicted) : 0;
       const double tps = n_gen / secs;
-      out["runs"].push_back({{"cache_fraction", f},
+      out["runs"].push_back({{"round", round},
+                             {"prefetch", pf},
+                             {"prediction_right", predicted},
+                             {"cache_hit_rate", cache_hit},
+                             {"prefetched", st.prefetched},
+                             {"prefetch_used", st.prefetch_used},
+                             {"prefetch_wasted", st.prefetch_wasted},
+                             {"prefetch_wasted_bytes", st.prefetch_wasted_bytes},
+                             {"prefetch_cancelled", st.prefetch_cancelled},
+                             {"useful_gbs", useful_gbs},
+                             {"busy_seconds", st.busy_seconds},
+                             {"cache_fraction", f},
                              {"cache_bytes", so.cache_bytes},
                              {"tokens", n_gen},
                              {"warmup", n_warm},
@@ -140,9 +171,12 @@ int main(int argc, char** argv) {
                              {"read_seconds_sum", st.read_seconds},
                              {"io_mode", store->io_mode()}});
       if (!json)
-        std::printf("| %.0f%% (%.1f GB) | %.3f | %.2f | %.1f%% | %.3f | %.2f | %.0f%% | %.2f | %s |\n", 100 * f,
-                    static_cast<double>(so.cache_bytes) / 1e9, tps, 1 / tps, 100 * hit,
-                    static_cast<double>(st.bytes_read) / n_gen / 1e9, gbs, 100 * gbs / rnd.gbs, st.wait_seconds / n_gen,
+        std::printf("| %.0f%% (%.1f GB) | %s | %.3f | %.2f | %.1f%% | %.1f%% | %s | %.3f | %.3f | %.2f | %.0f%% | %.0f%% | %.0f%% | %.2f | %s |\n",
+                    100 * f, static_cast<double>(so.cache_bytes) / 1e9, pf.c_str(), tps, 1 / tps, 100 * hit,
+                    100 * cache_hit, so.prefetch ? (std::to_string(static_cast<int>(std::lround(100 * predicted))) + "%").c_str() : "-",
+                    static_cast<double>(st.bytes_read) / n_gen / 1e9,
+                    static_cast<double>(st.prefetch_wasted_bytes) / n_gen / 1e9, gbs, 100 * gbs / rnd.gbs,
+                    100 * useful_gbs / rnd.gbs, 100 * st.busy_seconds / secs, st.wait_seconds / n_gen,
                     store->io_mode().c_str());
       std::fflush(stdout);
     }

@@ -83,6 +83,9 @@ struct Entry {
   ExpertMatrices m;
   int pins = 0;
   bool in_lru = false;
+  bool queued_low = false;     // waiting in the prefetch queue (its read has not begun)
+  bool from_prefetch = false;  // its read was queued by prefetch()
+  bool used = false;           // acquired since (only tracked for from_prefetch)
   std::list<Entry*>::iterator lru_it;
   ~Entry() { std::free(buf); }
 };
@@ -102,13 +105,17 @@ struct ExpertStore::Impl {
   mutable std::mutex mu;
   mutable std::condition_variable ready_cv;  // an entry left Loading
   std::condition_variable work_cv;           // queue non-empty or stop
-  std::deque<Entry*> queue;
+  std::deque<Entry*> queue;  // reads for acquire(): taken first
+  std::deque<Entry*> low;    // reads for prefetch()
+  std::map<int, std::vector<Entry*>> standing;  // layer -> the experts its prediction pins
   std::unordered_map<uint64_t, std::unique_ptr<Entry>> entries;
   std::list<Entry*> lru;  // unpinned resident entries, most recent first
   uint64_t resident = 0;
   ExpertStoreStats st;
   bool stop = false;
   std::vector<std::thread> threads;
+  int in_flight = 0;      // reads being served by I/O threads
+  double busy_since = 0;  // when in_flight last left 0
 
   Impl(const Checkpoint& c, const ExpertStoreOptions& o) : ck(c), opt(o) {
     if (opt.io_threads < 1)
@@ -126,6 +133,7 @@ struct ExpertStore::Impl {
     }
     work_cv.notify_all();
     for (auto& t : threads) t.join();
+    for (auto& [size, b] : pool) std::free(b);
   }
 
   int open_file(const std::string& fname, std::map<std::string, int>& by_name) {
@@ -228,6 +236,35 @@ struct ExpertStore::Impl {
     return slots[static_cast<size_t>(moe_index[static_cast<size_t>(layer)])][static_cast<size_t>(e)];
   }
 
+  // ---- buffers (caller holds mu) ----
+  // Freed expert buffers are kept for reuse (at most kPoolBuffers): a fresh 4 KiB-aligned
+  // allocation of an expert's size is a new mapping whose pages the kernel zeroes on the first
+  // read into them, CPU time per read that a reused buffer does not cost.
+  static constexpr size_t kPoolBuffers = 16;
+  std::vector<std::pair<uint64_t, uint8_t*>> pool;  // (size, buffer)
+
+  uint8_t* take_buffer(uint64_t need) {
+    for (size_t i = 0; i < pool.size(); ++i)
+      if (pool[i].first == need) {
+        uint8_t* b = pool[i].second;
+        pool[i] = pool.back();
+        pool.pop_back();
+        return b;
+      }
+    auto* b = static_cast<uint8_t*>(std::aligned_alloc(kAlign, align_up(need)));
+    if (!b) throw Error("expert store: out of memory allocating " + std::to_string(need) + " bytes");
+    return b;
+  }
+
+  /// Forgets `en` (not pinned, not queued); its buffer goes to the pool or is freed.
+  void drop(Entry* en) {
+    if (en->buf && pool.size() < kPoolBuffers) {
+      pool.emplace_back(en->slot->buf_bytes, en->buf);
+      en->buf = nullptr;
+    }
+    entries.erase(en->key);
+  }
+
   // ---- cache (caller holds mu) ----
   void evict_to(uint64_t budget) {
     while (resident > budget && !lru.empty()) {
@@ -235,7 +272,11 @@ struct ExpertStore::Impl {
       lru.pop_back();
       resident -= victim->slot->buf_bytes;
       ++st.evictions;
-      entries.erase(victim->key);  // frees the buffer
+      if (victim->from_prefetch && !victim->used) {
+        ++st.prefetch_wasted;
+        st.prefetch_wasted_bytes += victim->slot->buf_bytes;
+      }
+      drop(victim);
     }
   }
 
@@ -243,13 +284,75 @@ struct ExpertStore::Impl {
     if (--en->pins > 0) return;
     if (en->state == State::Failed) {  // forget it: a later acquire reads again
       resident -= en->slot->buf_bytes;
-      entries.erase(en->key);
+      drop(en);
       return;
     }
     lru.push_front(en);
     en->lru_it = lru.begin();
     en->in_lru = true;
     evict_to(opt.cache_bytes);
+  }
+
+  /// Orders reads by shard, then offset (the drive sees ascending offsets within a batch).
+  static void sort_by_offset(std::vector<Entry*>& v) {
+    std::sort(v.begin(), v.end(), [](const Entry* a, const Entry* b) {
+      const Run& x = a->slot->runs.front();
+      const Run& y = b->slot->runs.front();
+      return x.file != y.file ? x.file < y.file : x.file_off < y.file_off;
+    });
+  }
+
+  /// Drops the standing prediction of `layer`: an expert whose read has not begun and that
+  /// nothing else pins is dropped unread; the others are unpinned.
+  void release_prediction(int layer) {
+    auto it = standing.find(layer);
+    if (it == standing.end()) return;
+    for (Entry* en : it->second) {
+      if (en->queued_low && en->pins == 2) {  // the prediction's pin and the I/O pin
+        low.erase(std::find(low.begin(), low.end(), en));
+        resident -= en->slot->buf_bytes;
+        ++st.prefetch_cancelled;
+        drop(en);
+      } else {
+        unpin(en);
+      }
+    }
+    standing.erase(it);
+  }
+
+  /// A new entry for (layer, e), pinned by its caller and by the I/O thread that will read it.
+  Entry* new_entry(uint64_t key, int layer, int64_t e, const Slot* sl) {
+    const uint64_t need = sl->buf_bytes;
+    // Make room first so the budget bounds the peak (pinned experts are never evicted).
+    evict_to(opt.cache_bytes > need ? opt.cache_bytes - need : 0);
+    auto owned = std::make_unique<Entry>();
+    Entry* en = owned.get();
+    en->key = key;
+    en->layer = layer;
+    en->expert = e;
+    en->slot = sl;
+    en->buf = take_buffer(need);
+    en->pins = 2;  // the caller's and the I/O thread's
+    resident += need;
+    entries.emplace(key, std::move(owned));
+    return en;
+  }
+
+  /// The slots of `ids` of `layer`; throws on a bad layer, an id out of range or repeated.
+  std::vector<const Slot*> checked_slots(int layer, std::span<const int64_t> ids, const char* what) const {
+    std::vector<const Slot*> sl;
+    sl.reserve(ids.size());
+    for (int64_t e : ids) sl.push_back(&slot(layer, e));
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (ids[i] == ids[j])
+          throw Error("expert store: expert " + std::to_string(ids[i]) + " of layer " + std::to_string(layer) +
+                      " requested twice in one " + what);
+    return sl;
+  }
+
+  uint64_t key_of(int layer, int64_t e) const {
+    return static_cast<uint64_t>(layer) * static_cast<uint64_t>(E) + static_cast<uint64_t>(e);
   }
 
   // ---- I/O ----
@@ -292,10 +395,17 @@ struct ExpertStore::Impl {
       Entry* en = nullptr;
       {
         std::unique_lock<std::mutex> lk(mu);
-        work_cv.wait(lk, [&] { return stop || !queue.empty(); });
+        work_cv.wait(lk, [&] { return stop || !queue.empty() || !low.empty(); });
         if (stop) return;
-        en = queue.front();
-        queue.pop_front();
+        if (!queue.empty()) {
+          en = queue.front();
+          queue.pop_front();
+        } else {
+          en = low.front();
+          low.pop_front();
+          en->queued_low = false;
+        }
+        if (in_flight++ == 0) busy_since = now_s();
       }
       // en stays alive while it is read: acquire() gave it a pin of its own, dropped below.
       const double t0 = now_s();
@@ -313,6 +423,7 @@ struct ExpertStore::Impl {
       const double dt = now_s() - t0;
       {
         std::lock_guard<std::mutex> g(mu);
+        if (--in_flight == 0) st.busy_seconds += now_s() - busy_since;
         st.reads += nreads;
         st.bytes_read += got;
         st.read_seconds += dt;
@@ -339,55 +450,92 @@ ExpertStore::~ExpertStore() = default;
 
 ExpertStore::Lease ExpertStore::acquire(int layer, std::span<const int64_t> ids) {
   Impl& s = *impl_;
-  std::vector<const Slot*> sl;
-  sl.reserve(ids.size());
-  for (int64_t e : ids) sl.push_back(&s.slot(layer, e));
-  for (size_t i = 0; i < ids.size(); ++i)
-    for (size_t j = 0; j < i; ++j)
-      if (ids[i] == ids[j])
-        throw Error("expert store: expert " + std::to_string(ids[i]) + " of layer " + std::to_string(layer) +
-                    " requested twice in one acquire");
+  const std::vector<const Slot*> sl = s.checked_slots(layer, ids, "acquire");
   Lease lease;
   lease.store_ = impl_.get();
   bool queued = false;
   {
     std::lock_guard<std::mutex> g(s.mu);
+    std::vector<Entry*> to_read;  // new entries and prefetched ones whose read had not begun
     for (size_t i = 0; i < ids.size(); ++i) {
-      const uint64_t key = static_cast<uint64_t>(layer) * static_cast<uint64_t>(s.E) + static_cast<uint64_t>(ids[i]);
+      const uint64_t key = s.key_of(layer, ids[i]);
       auto it = s.entries.find(key);
       Entry* en = nullptr;
       if (it != s.entries.end()) {
         en = it->second.get();
         ++s.st.hits;
+        if (en->from_prefetch && !en->used) {
+          en->used = true;
+          ++s.st.prefetch_used;
+        }
+        if (en->in_lru) {
+          s.lru.erase(en->lru_it);
+          en->in_lru = false;
+        }
+        if (en->queued_low) {  // promoted to the acquire queue
+          s.low.erase(std::find(s.low.begin(), s.low.end(), en));
+          en->queued_low = false;
+          to_read.push_back(en);
+        }
+        ++en->pins;
+      } else {
+        ++s.st.misses;
+        en = s.new_entry(key, layer, ids[i], sl[i]);
+        to_read.push_back(en);
+      }
+      lease.entries_.push_back(en);
+    }
+    // The layer's standing prediction: how many of these it named, then its pins go.
+    auto pit = s.standing.find(layer);
+    if (pit != s.standing.end()) {
+      s.st.predicted += ids.size();
+      for (const Entry* p : pit->second)
+        s.st.predicted_right += static_cast<uint64_t>(std::count(ids.begin(), ids.end(), p->expert));
+      s.release_prediction(layer);
+    }
+    Impl::sort_by_offset(to_read);
+    s.queue.insert(s.queue.end(), to_read.begin(), to_read.end());
+    queued = !to_read.empty();
+  }
+  if (queued) s.work_cv.notify_all();
+  return lease;
+}
+
+void ExpertStore::prefetch(int layer, std::span<const int64_t> ids) {
+  Impl& s = *impl_;
+  const std::vector<const Slot*> sl = s.checked_slots(layer, ids, "prefetch");
+  if (!s.opt.prefetch) return;
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> g(s.mu);
+    std::vector<Entry*> pinned, to_read;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const uint64_t key = s.key_of(layer, ids[i]);
+      auto it = s.entries.find(key);
+      Entry* en = nullptr;
+      if (it != s.entries.end()) {
+        en = it->second.get();
         if (en->in_lru) {
           s.lru.erase(en->lru_it);
           en->in_lru = false;
         }
         ++en->pins;
       } else {
-        ++s.st.misses;
-        // Make room first so the budget bounds the peak (pinned experts are never evicted).
-        const uint64_t need = sl[i]->buf_bytes;
-        s.evict_to(s.opt.cache_bytes > need ? s.opt.cache_bytes - need : 0);
-        auto owned = std::make_unique<Entry>();
-        en = owned.get();
-        en->key = key;
-        en->layer = layer;
-        en->expert = ids[i];
-        en->slot = sl[i];
-        en->buf = static_cast<uint8_t*>(std::aligned_alloc(kAlign, align_up(need)));
-        if (!en->buf) throw Error("expert store: out of memory allocating " + std::to_string(need) + " bytes");
-        en->pins = 2;  // the lease's and the I/O thread's
-        s.resident += need;
-        s.entries.emplace(key, std::move(owned));
-        s.queue.push_back(en);
-        queued = true;
+        en = s.new_entry(key, layer, ids[i], sl[i]);
+        en->from_prefetch = true;
+        en->queued_low = true;
+        ++s.st.prefetched;
+        to_read.push_back(en);
       }
-      lease.entries_.push_back(en);
+      pinned.push_back(en);
     }
+    s.release_prediction(layer);  // a previous prediction of this layer (after the new pins)
+    s.standing[layer] = std::move(pinned);
+    Impl::sort_by_offset(to_read);
+    s.low.insert(s.low.end(), to_read.begin(), to_read.end());
+    queued = !to_read.empty();
   }
   if (queued) s.work_cv.notify_all();
-  return lease;
 }
 
 std::string ExpertStore::io_mode() const {
@@ -413,12 +561,14 @@ ExpertStoreStats ExpertStore::stats() const {
   std::lock_guard<std::mutex> g(impl_->mu);
   ExpertStoreStats r = impl_->st;
   r.resident_bytes = impl_->resident;
+  if (impl_->in_flight > 0) r.busy_seconds += now_s() - impl_->busy_since;
   return r;
 }
 
 void ExpertStore::reset_stats() {
   std::lock_guard<std::mutex> g(impl_->mu);
   impl_->st = ExpertStoreStats{};
+  if (impl_->in_flight > 0) impl_->busy_since = now_s();
 }
 
 // ---- Lease ----

@@ -19,9 +19,24 @@
 // cache_bytes; beyond it the least recently used unpinned experts are freed (LRU). cache_bytes = 0
 // keeps nothing: an expert's buffer lives only while a lease pins it (then the transient memory is
 // one layer's selected experts). Pinned experts are never evicted, so the resident bytes may
-// exceed the budget by at most the experts of the calls in progress.
+// exceed the budget by at most the experts of the calls in progress. A freed expert's buffer is
+// kept for reuse (at most 16 buffers, outside the budget): a new buffer's pages are zeroed by
+// the kernel on the first read into them, CPU time a reused buffer does not cost.
 //
-// Thread safety: acquire / Lease::wait / stats may be called from any thread. Every Lease must
+// Prefetch: prefetch(layer, ids) pins a predicted list of experts of a layer (the model predicts
+// the next MoE layer's experts while the current layer computes, model/latent_moe.h
+// predict_moe_experts) and queues the reads of those not resident at low priority: the I/O
+// threads take every queued acquire() read first, and an acquire() of an expert still waiting in
+// the prefetch queue moves it to the front. Both queues are filled in file-offset order (shard,
+// then offset). The prediction stands until the next acquire() of that layer, which counts how
+// many acquired experts it named (stats().predicted_right of predicted) and then drops its pins:
+// an expert the prediction named but the layer did not use is freed (with no cache) or kept as
+// an LRU entry; one whose read had not begun is dropped unread (prefetch_cancelled); one read
+// and freed without ever being acquired is a wasted read (prefetch_wasted, _bytes). Prefetch
+// only changes when bytes arrive, never which bytes a computation reads: results are
+// bit-identical with it on or off.
+//
+// Thread safety: acquire / prefetch / Lease::wait / stats may be called from any thread. Every Lease must
 // end before its store is destroyed.
 #pragma once
 #include <cstdint>
@@ -39,6 +54,9 @@ struct ExpertStoreOptions {
   uint64_t cache_bytes = 0;  ///< byte budget of resident unpinned experts (0 = no cache)
   int io_threads = 16;       ///< reads in flight, >= 1 (K3 selects 16 experts per token)
   bool direct = true;        ///< try O_DIRECT (falls back to buffered per file when refused)
+  /// The model predicts the next MoE layer's experts and calls prefetch() (model/k3_model.cpp);
+  /// false: prefetch() does nothing, every read is queued by acquire() (k3 --prefetch-experts off).
+  bool prefetch = true;
 };
 
 /// Counters since open (or the last reset_stats()). Bytes are those requested from the drive
@@ -52,6 +70,16 @@ struct ExpertStoreStats {
   uint64_t resident_bytes = 0;  ///< now (pinned + cached)
   double read_seconds = 0;      ///< sum over I/O threads of time spent inside pread
   double wait_seconds = 0;      ///< time callers spent blocked in Lease::wait
+  double busy_seconds = 0;      ///< wall time with at least one read in flight (the drive busy)
+  // Prefetch (see ExpertStore::prefetch). hits counts an acquired expert that a prefetch read
+  // (or is reading) as a hit; hits - prefetch_used are the cache's own hits.
+  uint64_t prefetched = 0;             ///< experts whose read prefetch() queued
+  uint64_t prefetch_used = 0;          ///< of those, later acquired (the read was useful)
+  uint64_t prefetch_wasted = 0;        ///< of those, read and freed without being acquired
+  uint64_t prefetch_wasted_bytes = 0;  ///< the bytes of those wasted reads (aligned runs)
+  uint64_t prefetch_cancelled = 0;     ///< of those, dropped before their read began (no bytes)
+  uint64_t predicted = 0;        ///< experts acquired by a layer that had a standing prediction
+  uint64_t predicted_right = 0;  ///< of those, experts the prediction named
 };
 
 /// The three matrices of one routed expert, pointing into a store buffer (valid while pinned).
@@ -76,6 +104,14 @@ class ExpertStore {
   /// the reads of those not resident, in list order. Errors: k3::Error on a layer that is not a
   /// LatentMoE layer, an id out of range or repeated. Read errors surface in Lease::wait.
   Lease acquire(int layer, std::span<const int64_t> ids);
+
+  /// The prediction for MoE layer `layer`: pins experts `ids` (each in [0, num_experts), no
+  /// repeats) until the next acquire() of `layer` (or the next prefetch() of it, which replaces
+  /// it) and queues the reads of those not resident at low priority, in file-offset order. Does
+  /// nothing when options().prefetch is false. Pinned predictions may take the resident bytes
+  /// above cache_bytes by their experts. Errors: as acquire() (k3::Error on a layer that is not a
+  /// LatentMoE layer, an id out of range or repeated; nothing is pinned then).
+  void prefetch(int layer, std::span<const int64_t> ids);
 
   /// "O_DIRECT" when every shard read so far used it, "buffered" when none did, else "mixed".
   std::string io_mode() const;

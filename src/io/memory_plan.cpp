@@ -169,7 +169,11 @@ MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w_all, cons
   const int64_t n_experts = int64_t{n_moe} * share.experts;
   p.expert_bytes = n_experts > 0 ? w.experts / static_cast<uint64_t>(n_experts) : 0;
   const int64_t G = std::max<int64_t>(2 * int64_t{c.num_experts_per_token}, 32);
-  p.transient = r.stream_experts ? static_cast<uint64_t>(2 * std::min<int64_t>(G, share.experts)) * p.expert_bytes : 0;
+  // 2 groups pinned by a prefill chunk + 1 by the next layer's prediction + the 16 reusable buffers.
+  p.transient = r.stream_experts ? static_cast<uint64_t>(3 * std::min<int64_t>(G, share.experts) +
+                                                         std::min<int64_t>(16, share.experts)) *
+                                       p.expert_bytes
+                                 : 0;
   const uint64_t fixed = p.trunk + p.states + p.prefix_cache + p.transient + p.reserve;
   const uint64_t left = r.ram_bytes > fixed ? r.ram_bytes - fixed : 0;
   if (r.stream_experts) p.expert_cache = r.expert_cache_bytes ? *r.expert_cache_bytes : std::min(left, p.experts_total);
@@ -189,6 +193,8 @@ MemoryPlan make_memory_plan(const ModelConfig& c, const WeightBytes& w_all, cons
     const double t_drive = p.drive_bytes_per_token > 0 ? p.drive_bytes_per_token / (r.drive_gbs * 1e9) : 0.0;
     p.tokens_per_s_serial = 1.0 / (t_ram + t_drive);
     p.tokens_per_s_overlapped = 1.0 / std::max(t_ram, t_drive);
+    const double pr = r.prediction_right;
+    if (pr > 0) p.tokens_per_s_prefetch = 1.0 / std::max(t_ram + (1 - pr) * t_drive, (2 - pr) * t_drive);
   }
   if (!p.fits) {
     std::string why = "memory plan: " +
@@ -254,7 +260,7 @@ std::string MemoryPlan::format() const {
        std::to_string(req.n_parallel) + " x " + gb(static_cast<double>(state_per_seq)) +
            " (KDA state + MLA cache at -c)");
   line("prefix cache", static_cast<double>(prefix_cache), "");
-  line("expert buffers", static_cast<double>(transient), "experts pinned by one prefill chunk (2 groups)");
+  line("expert buffers", static_cast<double>(transient), "experts pinned by one prefill chunk (2 groups) and a prediction (1 group) + 16 reusable buffers");
   line("reserve", static_cast<double>(reserve), "OS, activations, logits: max(2 GB, 3% of RAM)");
   if (req.stream_experts)
     line("expert cache", static_cast<double>(expert_cache),
@@ -276,6 +282,12 @@ std::string MemoryPlan::format() const {
                   "with reads hidden behind compute\n",
                   req.ram_gbs, req.drive_gbs, tokens_per_s_serial, 1 / tokens_per_s_serial, tokens_per_s_overlapped);
     o += b;
+    if (tokens_per_s_prefetch > 0) {
+      std::snprintf(b, sizeof b,
+                    "  with next-layer prefetch right for %.0f%% of the experts: %.3f tokens/s (%.2f s/token)\n",
+                    100 * req.prediction_right, tokens_per_s_prefetch, 1 / tokens_per_s_prefetch);
+      o += b;
+    }
   } else {
     o += "  decode speed: unknown (give --ram-gbs and --drive-gbs, or --probe)\n";
   }

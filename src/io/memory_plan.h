@@ -10,8 +10,9 @@
 //   trunk     = F32 bytes + BF16 embedding + the other BF16 matrices at the trunk type:
 //               bf16 x1, q8 x(1 + 4/32)/2 (int8 + one fp32 scale per 32), q4 x(0.5 + 4/32)/2
 //   states    = n_parallel x (KDA state + n_ctx x MLA cache bytes per token)   (model_summary.h)
-//   transient = streamed: 2·G experts pinned by a prefill chunk, G = max(2·top_k, 32)
-//               (model/latent_moe.cpp); mapped: 0
+//   transient = streamed: 3·G experts — 2·G pinned by a prefill chunk (G = max(2·top_k, 32),
+//               model/latent_moe.cpp) and G by the next layer's prediction (ExpertStore::
+//               prefetch) — plus the store's 16 reusable buffers; mapped: 0
 //   reserve   = max(2 GB, 3% of RAM): OS, page tables, activations, logits
 //   experts   = streamed: the cache (given, or everything left: min(left, all experts));
 //               mapped: all routed experts must be resident
@@ -22,6 +23,10 @@
 // the experts: h = f (real routing is skewed, so this is a floor, not a promise). Time per token:
 // serial = RAM bytes / RAM GB/s + drive bytes / drive GB/s (no overlap); overlapped = the larger
 // of the two terms (reads fully hidden behind compute), the bound the streaming aims at.
+// prefetch (next-layer prediction right for a share p of the experts): the predicted reads overlap
+// the trunk, the 1 - p mispredicted experts are read after the router (their read time adds to
+// the compute) and as many wasted reads occupy the drive:
+//   t = max(t_ram + (1 - p)·t_drive, (2 - p)·t_drive)   (p = 1: overlapped; p = 0: >= serial)
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -93,6 +98,10 @@ struct PlanRequest {
   uint64_t prefix_cache_bytes = 0;
   double ram_gbs = 0;    ///< RAM read bandwidth (0 = unknown: no speed estimate)
   double drive_gbs = 0;  ///< drive read bandwidth for expert-sized reads (0 = unknown)
+  /// Next-layer prefetch (ExpertStore::prefetch): the share p of a layer's experts that the
+  /// prediction named (measured: `experts streamed` line of k3 run, bench/expert_stream's
+  /// "prediction"); 0 = no prefetch estimate.
+  double prediction_right = 0;
   /// Ranks of a tensor + expert parallel group (docs/distributed.md; `k3 info --plan --ranks N`):
   /// the plan is then one rank's, the one with the largest share (rank 0: split_range gives the
   /// first ranks one more), on a machine of ram_bytes. Must be >= 1.
@@ -130,6 +139,7 @@ struct MemoryPlan {
   double hit_rate = 0;  ///< expected (uniform routing, see above)
   double expert_bytes_per_token = 0, drive_bytes_per_token = 0, ram_bytes_per_token = 0;
   double tokens_per_s_serial = 0, tokens_per_s_overlapped = 0;  ///< 0 when a bandwidth is unknown
+  double tokens_per_s_prefetch = 0;  ///< with prediction_right > 0 (see above); else 0
   /// Multi-line human report (what goes where, the arithmetic, the speed, the verdict).
   std::string format() const;
 };

@@ -456,6 +456,19 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
     }
     if (dump) dump->add(name(il, "ffn_in"), {T, D}, h.data());
     xn = rmsnorm_rows(h.data(), T, D, L.post_norm, eps, m.ex.fast);
+    // Streamed experts: the next layer's experts, predicted from this FFN's input h by the next
+    // layer's router (ExpertStore::prefetch), are read while this FFN and the next attention
+    // compute. Only when reads happen; the prediction enters no result.
+    MoePrefetch ahead;
+    if (il + 1 < m.w.layers.size()) {
+      const LayerWeights& N = m.w.layers[il + 1];
+      if (N.spec.ffn == FfnKind::LatentMoE && N.moe.store && N.moe.store->options().prefetch) {
+        ahead.layer = static_cast<int>(il + 1);
+        ahead.ids = predict_moe_experts(N.moe, m.moe, N.post_norm, h.data(), T, m.shard.experts,
+                                        moe_stream_group(m.moe.k));
+      }
+    }
+    if (ahead.layer >= 0 && L.spec.ffn == FfnKind::Dense) m.w.layers[il + 1].moe.store->prefetch(ahead.layer, ahead.ids);
     if (L.spec.ffn == FfnKind::Dense && !split) {
       glu_mlp_forward(L.dense, m.act, xn.data(), T, sub.data(), m.ex);
     } else if (L.spec.ffn == FfnKind::Dense) {
@@ -467,7 +480,8 @@ std::vector<std::vector<float>> Model::Impl::run(std::span<const Part> parts, Du
       const int64_t k = m.moe.k;
       std::vector<int32_t> ids(static_cast<size_t>(T * k));
       std::vector<float> wts(static_cast<size_t>(T * k));
-      latent_moe_forward(L.moe, m.moe, m.act, xn.data(), T, sub.data(), ids.data(), wts.data(), m.ex);
+      latent_moe_forward(L.moe, m.moe, m.act, xn.data(), T, sub.data(), ids.data(), wts.data(), m.ex,
+                         ahead.layer >= 0 ? &ahead : nullptr);
       if (dump) {
         dump->add_i32(name(il, "router_topk_ids"), {T, k}, ids.data());
         dump->add(name(il, "router_topk_w"), {T, k}, wts.data());

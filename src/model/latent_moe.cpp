@@ -72,7 +72,7 @@ void shared_split_out(const MoeWeights& w, const float* a, int64_t T, int64_t D,
 
 /// Fast path of latent_moe_forward (see the header).
 void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation& act, const float* x, int64_t T,
-                     float* out, int32_t* topk_ids, float* topk_w, const ExecOptions& ex) {
+                     float* out, int32_t* topk_ids, float* topk_w, const ExecOptions& ex, const MoePrefetch* prefetch) {
   const int64_t D = dm.D, E = dm.E, L = dm.L;
   const int k = dm.k;
   // 1–3. Router for every token: s = σ(W_gate x) [T, E], then per-token top-k.
@@ -181,12 +181,13 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
       // Streamed: the chunk's distinct experts in groups of G, the next group's reads queued
       // before this group computes, so at most 2·G experts are pinned (a prefill chunk may select
       // every expert of the layer; decode selects k <= G: one group).
-      const int64_t G = std::max<int64_t>(2 * k, 32);
+      const int64_t G = moe_stream_group(k);
       auto acquire = [&](int64_t b) {
         return w.store->acquire(w.layer, std::span<const int64_t>(active.data() + b, std::min(G, a1 - b)));
       };
       ExpertStore::Lease cur;
       if (a0 < a1) cur = acquire(a0);
+      if (prefetch) w.store->prefetch(prefetch->layer, prefetch->ids);
       for (int64_t b = a0; b < a1; b += G) {
         ExpertStore::Lease next;
         if (b + G < a1) next = acquire(b + G);
@@ -228,11 +229,36 @@ void latent_moe_fast(const MoeWeights& w, const MoeDims& dm, const GluActivation
 
 }  // namespace
 
+std::vector<int64_t> predict_moe_experts(const MoeWeights& w, const MoeDims& dm, std::span<const float> post_norm,
+                                         const float* h, int64_t T, IndexRange block, int64_t cap) {
+  const int64_t D = dm.D, E = dm.E;
+  const int k = dm.k;
+  FBuf xn(static_cast<size_t>(T * D));
+  for (int64_t t = 0; t < T; ++t) vec::rmsnorm(h + t * D, post_norm.data(), dm.rms_eps, &xn[t * D], D);
+  FBuf logits(static_cast<size_t>(T * E));
+  k3::matmul(*w.router, xn.data(), T, logits.data());
+  vec::sigmoid(logits.data(), logits.data(), T * E);
+  std::vector<char> chosen(static_cast<size_t>(E), 0);
+  std::vector<int32_t> ids(static_cast<size_t>(k));
+  std::vector<float> wts(static_cast<size_t>(k));
+  for (int64_t t = 0; t < T; ++t) {
+    router_select_topk(std::span<const float>(&logits[t * E], E), w.bias, k, dm.renormalize, dm.scaling, ids, wts);
+    for (int32_t e : ids) chosen[static_cast<size_t>(e)] = 1;
+  }
+  std::vector<int64_t> out;
+  for (int64_t e = block.begin; e < block.end && static_cast<int64_t>(out.size()) < cap; ++e)
+    if (chosen[static_cast<size_t>(e)]) out.push_back(e);
+  return out;
+}
+
 void latent_moe_forward(const MoeWeights& w, const MoeDims& dm, const GluActivation& act, const float* x, int64_t T,
-                        float* out, int32_t* topk_ids, float* topk_w, const ExecOptions& ex) {
+                        float* out, int32_t* topk_ids, float* topk_w, const ExecOptions& ex,
+                        const MoePrefetch* prefetch) {
   const int64_t D = dm.D, E = dm.E, L = dm.L, Im = dm.Im;
   const int k = dm.k;
-  if (ex.fast) return latent_moe_fast(w, dm, act, x, T, out, topk_ids, topk_w, ex);
+  if (prefetch && !w.store) prefetch = nullptr;
+  if (ex.fast) return latent_moe_fast(w, dm, act, x, T, out, topk_ids, topk_w, ex, prefetch);
+  if (prefetch) w.store->prefetch(prefetch->layer, prefetch->ids);
   std::vector<float> logits(E), g(Im), u(Im), acc(L);
   std::vector<int32_t> ids(static_cast<size_t>(T * k));
   std::vector<float> wts(static_cast<size_t>(T * k));

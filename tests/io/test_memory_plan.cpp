@@ -83,7 +83,8 @@ TEST(MemoryPlan, FourMachinesOnTheRealGeometry) {
     // Arithmetic of every term.
     EXPECT_EQ(p.trunk, g.wb.f32 + g.wb.embedding + trunk_matrix_bytes(g.wb.bf16, w.t));
     EXPECT_EQ(p.states, state_bytes(g.cfg).total(4096));
-    EXPECT_EQ(p.transient, 2ull * 32 * p.expert_bytes);  // 2 groups of max(2 x 16, 32) experts
+    // 2 groups of max(2 x 16, 32) experts (a prefill chunk) + 1 group (the prediction) + 16 buffers
+    EXPECT_EQ(p.transient, (3ull * 32 + 16) * p.expert_bytes);
     EXPECT_EQ(p.reserve, std::max<uint64_t>(2'000'000'000ull, p.req.ram_bytes / 100 * 3));
     EXPECT_EQ(p.total, p.trunk + p.states + p.prefix_cache + p.transient + p.reserve + p.expert_cache);
     if (w.fits) {
@@ -215,4 +216,27 @@ TEST(MemoryPlan, TrunkMemoryCopyHoldsTheTrunkOnce) {
   EXPECT_EQ(copied.expert_cache, mapped.expert_cache);
   EXPECT_NE(copied.format().find("--trunk-memory copy"), std::string::npos) << copied.format();
   EXPECT_NE(mapped.format().find("--trunk-memory map"), std::string::npos) << mapped.format();
+}
+
+// The prefetch estimate: p = 1 is the overlapped bound, p = 0 no better than serial, in between
+// max(t_ram + (1 - p) t_drive, (2 - p) t_drive).
+TEST(MemoryPlan, PrefetchEstimate) {
+  PlanRequest r;
+  r.ram_bytes = 64'000'000'000ull;
+  r.trunk = TrunkType::Q4;
+  r.ram_gbs = 30;
+  r.drive_gbs = 7;
+  const MemoryPlan none = make_memory_plan(k3_geometry().cfg, k3_geometry().wb, r);
+  EXPECT_EQ(none.tokens_per_s_prefetch, 0.0);
+  const double t_ram = none.ram_bytes_per_token / 30e9, t_drive = none.drive_bytes_per_token / 7e9;
+  for (const double p : {1.0, 0.5, 0.0001}) {
+    r.prediction_right = p;
+    const MemoryPlan m = make_memory_plan(k3_geometry().cfg, k3_geometry().wb, r);
+    EXPECT_NEAR(1 / m.tokens_per_s_prefetch, std::max(t_ram + (1 - p) * t_drive, (2 - p) * t_drive), 1e-9);
+    EXPECT_LE(m.tokens_per_s_prefetch, m.tokens_per_s_overlapped * (1 + 1e-12));
+    EXPECT_NE(m.format().find("with next-layer prefetch right for"), std::string::npos);
+  }
+  r.prediction_right = 1.0;
+  const MemoryPlan full = make_memory_plan(k3_geometry().cfg, k3_geometry().wb, r);
+  EXPECT_NEAR(full.tokens_per_s_prefetch, full.tokens_per_s_overlapped, 1e-12);
 }

@@ -63,3 +63,17 @@ def test_info_plan_json():
     assert "--ram-gb gives" in plans[0]["refusal"]
     r = k3("info", MINI, "--plan")
     assert r.returncode == 1 and "--ram-gb" in r.stderr
+
+
+def test_prefetch_flag():
+    """--prefetch-experts on|off: both print the mapped run's ids; on reports the prediction and
+    what the read-ahead became; a bad value is refused naming the flag."""
+    want, _ = run_ids()
+    got_on, err_on = run_ids("--stream-experts", "--prefetch-experts", "on")
+    got_off, err_off = run_ids("--stream-experts", "--prefetch-experts", "off")
+    assert got_on == want and got_off == want
+    assert "prefetch: prediction right" in err_on and "read ahead" in err_on
+    assert "prefetch off" in err_off
+    r = k3("run", "-m", MINI, "-p", "x", "-n", "1", "--stream-experts", "--prefetch-experts", "maybe")
+    assert r.returncode != 0
+    assert "--prefetch-experts" in r.stderr and "expected on or off" in r.stderr

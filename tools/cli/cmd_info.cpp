@@ -233,6 +233,7 @@ struct InfoOptions {
   double expert_cache_gb = -1;  ///< < 0: everything left
   bool mapped = false;
   double ram_gbs = 0, drive_gbs = 0;
+  double prediction_right = 0;  ///< --prediction-right: next-layer prefetch estimate (0 = none)
   bool probe = false;
 };
 
@@ -297,6 +298,7 @@ std::vector<k3::MemoryPlan> make_plans(const InfoOptions& o, const k3::ModelConf
     r.prefix_cache_bytes = static_cast<uint64_t>(o.prefix_cache_gb * 1e9);
     r.ram_gbs = ram_gbs;
     r.drive_gbs = drive_gbs;
+    r.prediction_right = o.prediction_right;
     plans.push_back(k3::make_memory_plan(config, wb, r));
   }
   return plans;
@@ -325,7 +327,8 @@ nlohmann::json plan_json(const k3::MemoryPlan& p) {
           {"drive_bytes_per_token", p.drive_bytes_per_token},
           {"ram_bytes_per_token", p.ram_bytes_per_token},
           {"tokens_per_s_serial", p.tokens_per_s_serial},
-          {"tokens_per_s_overlapped", p.tokens_per_s_overlapped}};
+          {"tokens_per_s_overlapped", p.tokens_per_s_overlapped},
+          {"tokens_per_s_prefetch", p.tokens_per_s_prefetch}};
 }
 
 // Progress of --check on stderr: redrawn in place on a terminal, a line every ~10% otherwise;
@@ -495,6 +498,9 @@ k3cli::Registrar reg(
       sub->add_flag("--mapped", opt->mapped, "plan: experts mapped (all in RAM) instead of streamed");
       sub->add_option("--ram-gbs", opt->ram_gbs, "plan: RAM read bandwidth in GB/s")->check(CLI::Range(0.0, 1e6));
       sub->add_option("--drive-gbs", opt->drive_gbs, "plan: drive read bandwidth in GB/s")->check(CLI::Range(0.0, 1e6));
+      sub->add_option("--prediction-right", opt->prediction_right,
+                      "plan: share of experts the next-layer prefetch predicts right (0-1; 0 = no prefetch estimate)")
+          ->check(CLI::Range(0.0, 1.0));
       sub->add_flag("--probe", opt->probe, "plan: measure the RAM and drive bandwidths");
       sub->callback([opt] { run_info(*opt); });
     });

@@ -34,7 +34,9 @@ inline void set_threads(int n) {
 }
 
 /// One stderr line of expert-streaming counters: I/O mode, cache budget, hit rate, bytes and reads,
-/// seconds the forward pass waited for reads (the drive rate is measured by bench/expert_stream).
+/// seconds the forward pass waited for reads (the drive rate is measured by bench/expert_stream);
+/// with prefetch, how often the next-layer prediction named an expert the layer used and what the
+/// prefetch reads became (used, wasted, cancelled before reading).
 inline std::string expert_stream_line(const k3::ExpertStore& s) {
   const k3::ExpertStoreStats st = s.stats();
   const uint64_t n = st.hits + st.misses;
@@ -46,7 +48,31 @@ inline std::string expert_stream_line(const k3::ExpertStore& s) {
                 static_cast<unsigned long long>(n),
                 n ? 100.0 * static_cast<double>(st.hits) / static_cast<double>(n) : 0.0,
                 static_cast<double>(st.bytes_read) / 1e9, static_cast<unsigned long long>(st.reads), st.wait_seconds);
-  return b;
+  std::string line = b;
+  if (!s.options().prefetch) return line + "; prefetch off";
+  std::snprintf(b, sizeof b,
+                "; prefetch: prediction right %.1f%% (%llu of %llu), %llu read ahead (%llu used, %llu wasted = %.3f GB, "
+                "%llu cancelled)",
+                st.predicted ? 100.0 * static_cast<double>(st.predicted_right) / static_cast<double>(st.predicted) : 0.0,
+                static_cast<unsigned long long>(st.predicted_right), static_cast<unsigned long long>(st.predicted),
+                static_cast<unsigned long long>(st.prefetched), static_cast<unsigned long long>(st.prefetch_used),
+                static_cast<unsigned long long>(st.prefetch_wasted), static_cast<double>(st.prefetch_wasted_bytes) / 1e9,
+                static_cast<unsigned long long>(st.prefetch_cancelled));
+  return line + b;
+}
+
+/// --prefetch-experts on|off (default on) into `value`. Other values: a CLI error naming the flag.
+inline void add_prefetch_flag(CLI::App* sub, bool& value) {
+  sub->add_option_function<std::string>(
+         "--prefetch-experts",
+         [&value](const std::string& v) {
+           if (v != "on" && v != "off")
+             throw CLI::ValidationError("--prefetch-experts", "expected on or off, found '" + v + "'");
+           value = v == "on";
+         },
+         "streamed experts: read the next MoE layer's predicted experts (its router on this layer's input) "
+         "while this layer computes (default on)")
+      ->type_name("on|off");
 }
 
 struct GenFlags {
@@ -65,6 +91,7 @@ struct GenFlags {
   double expert_cache_gb = 0;  ///< byte budget of the expert cache in GB (1e9 bytes); 0 = none
   int io_threads = 16;         ///< expert reads in flight
   bool no_direct_io = false;   ///< buffered pread instead of O_DIRECT
+  bool prefetch_experts = true;  ///< --prefetch-experts on|off: next-layer prediction and read-ahead
   bool expert_cache_given = false;
   double ram_gb = 0;  ///< --ram-gb: check the memory plan at start-up (0 = off unless streaming)
   bool warm = false;  ///< --warm: page the model's mapped weights in after loading
@@ -126,13 +153,13 @@ struct GenFlags {
     so.store.cache_bytes = static_cast<uint64_t>(expert_cache_gb * 1e9);
     so.store.io_threads = io_threads;
     so.store.direct = !no_direct_io;
+    so.store.prefetch = prefetch_experts;
     return so;
   }
 
   /// Declares -m, -n, -c, -b, -t, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
-  /// --repeat-last-n, --seed, --stream-experts, --expert-cache-gb, --io-threads, --no-direct-io, --ram-gb, --trunk-type,
-  /// --trunk-memory,
-  /// --cache-type,
+  /// --repeat-last-n, --seed, --stream-experts, --expert-cache-gb, --io-threads, --no-direct-io,
+  /// --prefetch-experts, --ram-gb, --trunk-type, --trunk-memory, --cache-type,
   /// --warm on `sub`.
   void add_to(CLI::App* sub) {
     sub->add_option("-m,--model", model_dir, "K3 checkpoint directory (config.json, safetensors, tiktoken.model)")
@@ -190,6 +217,7 @@ struct GenFlags {
         ->capture_default_str()
         ->check(IntRange(1, 1024));
     sub->add_flag("--no-direct-io", no_direct_io, "streamed experts: buffered pread instead of O_DIRECT");
+    add_prefetch_flag(sub, prefetch_experts);
     sub->add_option("--ram-gb", ram_gb,
                     "check the memory plan for this much RAM (GB) at start-up; refuse if it does not fit")
         ->check(CLI::Range(0.0, 1e7));
