@@ -64,10 +64,13 @@ void SequenceState::Impl::check_matches(const ModelConfig& cfg, const std::strin
                     std::to_string(ref.S.size()) + " + " + std::to_string(ref.conv.size()));
     } else {
       const MlaDims d = MlaDims::from(cfg);
-      if (L.mla.rows.size() + L.mla.enc.size() != static_cast<size_t>(n_past * (L.mla.type == MlaCacheType::F32 ? d.row() : L.mla.row_bytes(d))))
+      const bool f32 = L.mla.type == MlaCacheType::F32;
+      const int64_t per_row = f32 ? d.row() : L.mla.row_bytes(d);
+      if (L.mla.rows.size() + L.mla.enc.size() != static_cast<size_t>(n_past * per_row))
         throw Error(what + ": layer " + std::to_string(il) + " MLA cache holds " +
-                    std::to_string(L.mla.rows.size() + L.mla.enc.size()) + " values, expected " +
-                    std::to_string(n_past) + " tokens x " + std::to_string(d.row()));
+                    std::to_string(L.mla.rows.size() + L.mla.enc.size()) + (f32 ? " values" : " bytes") +
+                    ", expected " + std::to_string(n_past) + " tokens x " + std::to_string(per_row) +
+                    (f32 ? std::string(" values") : std::string(" bytes (") + mla_cache_type_name(L.mla.type) + " rows)"));
     }
   }
 }

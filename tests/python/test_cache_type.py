@@ -54,7 +54,12 @@ def test_prefix_cache_and_state_save_refuse_a_non_f32_cache(tmp_path):
     r = k3("run", "-m", MINI, "-p", "In the beginning", "-n", "2", "--temp", "0", "--cache-type", "bf16",
            "--state-save", tmp_path / "s.bin", timeout=60)
     one_line_error(r, "--cache-type f32")
+    assert r.stdout == b""  # refused before the prompt is prefilled
     assert not (tmp_path / "s.bin").exists()
+    for cmd in (["run", "-m", MINI, "--state-load", tmp_path / "s.bin"],
+                ["chat", "-m", MINI, "--no-cache", "--state-save", tmp_path / "c.bin"],
+                ["chat", "-m", MINI, "--no-cache", "--state-load", tmp_path / "c.bin"]):
+        one_line_error(k3(*cmd, "--cache-type", "fp8", timeout=60), "--cache-type fp8", "--cache-type f32")
 
 
 def test_each_cache_type_generates():

@@ -26,6 +26,15 @@ struct CacheTypeFlag {
       throw k3::Error(std::string("--cache-type: ") + e.what());
     }
   }
+  /// Refuses --state-save / --state-load with a non-f32 type before anything is loaded or
+  /// computed: state files hold f32 MLA rows (model/sequence_state_file.cpp).
+  /// Errors: k3::Error naming both flags.
+  void check_state_files(const std::string& state_save, const std::string& state_load) const {
+    if ((state_save.empty() && state_load.empty()) || type() == k3::MlaCacheType::F32) return;
+    throw k3::Error(std::string(state_save.empty() ? "--state-load" : "--state-save") +
+                    ": state files hold f32 MLA cache rows; --cache-type " + name +
+                    " cannot be saved or resumed (use --cache-type f32)");
+  }
 };
 
 }  // namespace k3cli

@@ -207,6 +207,7 @@ void run(const ChatCliOptions& o) {
     throw k3::Error("--thinking: expected fold, full or hide, found '" + o.thinking + "'");
   if (o.gen.n_predict < -1)
     throw k3::Error("-n/--n-predict: expected -1 (until stop) or >= 0, found " + std::to_string(o.gen.n_predict));
+  o.gen.cache_type.check_state_files(o.state_save, o.state_load);
   const k3::SamplerParams sp = o.gen.sampler_params();
   k3cli::set_threads(o.gen.threads);
   const k3::ExpertStreamOptions stream = o.gen.checked_stream_options(1);  // memory plan

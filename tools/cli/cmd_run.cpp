@@ -81,6 +81,7 @@ void run(const RunOptions& o) {
                                    : "k3 run: give exactly one of -p, -f and --prompt-ids");
   if (o.gen.n_predict < -1)
     throw k3::Error("-n/--n-predict: expected -1 (until stop) or >= 0, found " + std::to_string(o.gen.n_predict));
+  o.gen.cache_type.check_state_files(o.state_save, o.state_load);
   const k3::SamplerParams sp = o.gen.sampler_params();
   const std::string prompt_text =
       !o.prompt_file.empty() ? k3::read_file_bounded(o.prompt_file, "-f/--file", o.input_limit.limits()) : o.prompt;
