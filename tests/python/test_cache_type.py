@@ -56,9 +56,10 @@ def test_prefix_cache_and_state_save_refuse_a_non_f32_cache(tmp_path):
     one_line_error(r, "--cache-type f32")
     assert r.stdout == b""  # refused before the prompt is prefilled
     assert not (tmp_path / "s.bin").exists()
-    for cmd in (["run", "-m", MINI, "--state-load", tmp_path / "s.bin"],
+    (tmp_path / "any.bin").write_bytes(b"x")  # the flag's file must exist; the type is refused first
+    for cmd in (["run", "-m", MINI, "--state-load", tmp_path / "any.bin"],
                 ["chat", "-m", MINI, "--no-cache", "--state-save", tmp_path / "c.bin"],
-                ["chat", "-m", MINI, "--no-cache", "--state-load", tmp_path / "c.bin"]):
+                ["chat", "-m", MINI, "--no-cache", "--state-load", tmp_path / "any.bin"]):
         one_line_error(k3(*cmd, "--cache-type", "fp8", timeout=60), "--cache-type fp8", "--cache-type f32")
 
 
