@@ -202,34 +202,55 @@ ModelWeights bind_weights(const Checkpoint& ck) {
   return w;
 }
 
+namespace {
+
+/// The kind of a trunk matrix slot: quantize_trunk encodes only Quantizable ones (MLA kv_b is read per head
+/// as raw BF16; the routers stay BF16 for expert selection, weights.h); copy_trunk and
+/// mapped_weight_ranges take every kind.
+enum class TrunkSlot { Quantizable, KvB, Router };
+
+/// Calls f(slot, kind) for each trunk matrix slot of w — the lm_head, then per layer the attention
+/// projections, the dense FFN or the MoE router, latent projections and shared expert — in the order a
+/// forward reads them. A slot may be null (an absent optional matrix) and the same view may fill several
+/// slots (a tied lm_head is the embedding). WeightsT is ModelWeights or const ModelWeights.
+template <class WeightsT, class F>
+void for_each_trunk_matrix(WeightsT& w, F&& f) {
+  f(w.lm_head, TrunkSlot::Quantizable);
+  for (auto& L : w.layers) {
+    if (L.spec.attn == AttnKind::KDA) {
+      for (auto* p : {&L.kda.q_proj, &L.kda.k_proj, &L.kda.v_proj, &L.kda.f_a, &L.kda.f_b, &L.kda.b_proj,
+                      &L.kda.g_proj, &L.kda.o_proj, &L.kda.o_proj_rows})
+        f(*p, TrunkSlot::Quantizable);
+    } else {
+      for (auto* p : {&L.mla.q_a, &L.mla.q_b, &L.mla.kv_a}) f(*p, TrunkSlot::Quantizable);
+      f(L.mla.kv_b, TrunkSlot::KvB);
+      for (auto* p : {&L.mla.g_proj, &L.mla.o_proj, &L.mla.o_proj_rows}) f(*p, TrunkSlot::Quantizable);
+    }
+    auto glu = [&](auto& g) {
+      for (auto* p : {&g.gate, &g.up, &g.down, &g.down_rows}) f(*p, TrunkSlot::Quantizable);
+    };
+    if (L.spec.ffn == FfnKind::Dense) {
+      glu(L.dense);
+    } else {
+      f(L.moe.router, TrunkSlot::Router);
+      f(L.moe.down, TrunkSlot::Quantizable);
+      f(L.moe.up, TrunkSlot::Quantizable);
+      if (L.moe.shared) glu(*L.moe.shared);
+    }
+  }
+}
+
+}  // namespace
+
 uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progress) {
   std::vector<const TensorView**> slots;
   auto add = [&](const TensorView*& p) {
     if (p && p->dtype == DType::BF16 && p->shape.size() == 2 && p->shape[0] > 0 && p->shape[1] % 32 == 0 && !p->quant)
       slots.push_back(&p);
   };
-  if (!w.lm_head_tied) add(w.lm_head);
-  for (LayerWeights& L : w.layers) {
-    if (L.spec.attn == AttnKind::KDA) {
-      for (const TensorView** p : {&L.kda.q_proj, &L.kda.k_proj, &L.kda.v_proj, &L.kda.f_a, &L.kda.f_b, &L.kda.b_proj,
-                                   &L.kda.g_proj, &L.kda.o_proj, &L.kda.o_proj_rows})
-        add(*p);
-    } else {
-      for (const TensorView** p :
-           {&L.mla.q_a, &L.mla.q_b, &L.mla.kv_a, &L.mla.g_proj, &L.mla.o_proj, &L.mla.o_proj_rows})
-        add(*p);
-    }
-    if (L.spec.ffn == FfnKind::Dense) {
-      for (const TensorView** p : {&L.dense.gate, &L.dense.up, &L.dense.down, &L.dense.down_rows}) add(*p);
-    } else {
-      add(L.moe.down);
-      add(L.moe.up);
-      if (L.moe.shared)
-        for (const TensorView** p :
-             {&L.moe.shared->gate, &L.moe.shared->up, &L.moe.shared->down, &L.moe.shared->down_rows})
-          add(*p);
-    }
-  }
+  for_each_trunk_matrix(w, [&](const TensorView*& p, TrunkSlot kind) {
+    if (kind == TrunkSlot::Quantizable && !(w.lm_head_tied && &p == &w.lm_head)) add(p);
+  });
   std::vector<QuantMatrix> q(slots.size());
   std::mutex progress_mu;
   int64_t n_done = 0;
@@ -263,29 +284,7 @@ TrunkCopyStats copy_trunk(ModelWeights& w, bool drop_mapped, const ProgressFn& p
   auto add = [&](const TensorView*& p) {
     if (p && p->data && p->nbytes > 0 && !p->quant) slots.push_back(&p);
   };
-  add(w.lm_head);
-  for (LayerWeights& L : w.layers) {
-    if (L.spec.attn == AttnKind::KDA) {
-      for (const TensorView** p : {&L.kda.q_proj, &L.kda.k_proj, &L.kda.v_proj, &L.kda.f_a, &L.kda.f_b, &L.kda.b_proj,
-                                   &L.kda.g_proj, &L.kda.o_proj, &L.kda.o_proj_rows})
-        add(*p);
-    } else {
-      for (const TensorView** p :
-           {&L.mla.q_a, &L.mla.q_b, &L.mla.kv_a, &L.mla.kv_b, &L.mla.g_proj, &L.mla.o_proj, &L.mla.o_proj_rows})
-        add(*p);
-    }
-    if (L.spec.ffn == FfnKind::Dense) {
-      for (const TensorView** p : {&L.dense.gate, &L.dense.up, &L.dense.down, &L.dense.down_rows}) add(*p);
-    } else {
-      add(L.moe.router);
-      add(L.moe.down);
-      add(L.moe.up);
-      if (L.moe.shared)
-        for (const TensorView** p :
-             {&L.moe.shared->gate, &L.moe.shared->up, &L.moe.shared->down, &L.moe.shared->down_rows})
-          add(*p);
-    }
-  }
+  for_each_trunk_matrix(w, [&](const TensorView*& p, TrunkSlot) { add(p); });
   // one copy per distinct view (a view may fill several slots), laid out in slot order
   std::unordered_map<const TensorView*, size_t> index;
   std::vector<const TensorView*> src;
@@ -341,42 +340,21 @@ std::vector<std::span<const uint8_t>> mapped_weight_ranges(const ModelWeights& w
     if (p && p->data && !p->quant && !w.trunk_copy.contains(p->data))
       out.emplace_back(p->data, static_cast<size_t>(p->nbytes));
   };
-  auto add_glu = [&](const GluMlpWeights& g) {
-    for (const TensorView* p : {g.gate, g.up, g.down, g.down_rows}) add(p);
-  };
   auto add_mxfp4 = [&](const Mxfp4Matrix& m) {
     if (m.packed) out.emplace_back(m.packed, static_cast<size_t>(m.rows * (m.cols / 2)));
     if (m.scale) out.emplace_back(m.scale, static_cast<size_t>(m.rows * (m.cols / 32)));
   };
   add(w.embed);
-  add(w.lm_head);
-  for (const LayerWeights& L : w.layers) {
-    if (L.spec.attn == AttnKind::KDA) {
-      for (const TensorView* p : {L.kda.q_proj, L.kda.k_proj, L.kda.v_proj, L.kda.f_a, L.kda.f_b, L.kda.b_proj,
-                                  L.kda.g_proj, L.kda.o_proj, L.kda.o_proj_rows})
-        add(p);
-    } else {
-      for (const TensorView* p :
-           {L.mla.q_a, L.mla.q_b, L.mla.kv_a, L.mla.kv_b, L.mla.g_proj, L.mla.o_proj, L.mla.o_proj_rows})
-        add(p);
-    }
-    if (L.spec.ffn == FfnKind::Dense) {
-      add_glu(L.dense);
-    } else {
-      add(L.moe.router);
-      add(L.moe.down);
-      add(L.moe.up);
-      if (L.moe.shared) add_glu(*L.moe.shared);
-      if (!L.moe.store)
-        for (size_t i = 0; i < L.moe.experts.size(); ++i) {
-          if (experts.end != 0 && !experts.contains(static_cast<int64_t>(i))) continue;
-          const ExpertWeights& e = L.moe.experts[i];
-          add_mxfp4(e.w1);
-          add_mxfp4(e.w2);
-          add_mxfp4(e.w3);
-        }
-    }
-  }
+  for_each_trunk_matrix(w, [&](const TensorView* const& p, TrunkSlot) { add(p); });
+  for (const LayerWeights& L : w.layers)
+    if (L.spec.ffn != FfnKind::Dense && !L.moe.store)
+      for (size_t i = 0; i < L.moe.experts.size(); ++i) {
+        if (experts.end != 0 && !experts.contains(static_cast<int64_t>(i))) continue;
+        const ExpertWeights& e = L.moe.experts[i];
+        add_mxfp4(e.w1);
+        add_mxfp4(e.w2);
+        add_mxfp4(e.w3);
+      }
   return out;
 }
 
