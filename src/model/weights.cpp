@@ -209,10 +209,10 @@ namespace {
 /// mapped_weight_ranges take every kind.
 enum class TrunkSlot { Quantizable, KvB, Router };
 
-/// Calls f(slot, kind) for each trunk matrix slot of w — the lm_head, then per layer the attention
-/// projections, the dense FFN or the MoE router, latent projections and shared expert — in the order a
-/// forward reads them. A slot may be null (an absent optional matrix) and the same view may fill several
-/// slots (a tied lm_head is the embedding). WeightsT is ModelWeights or const ModelWeights.
+/// Calls f(slot, kind) for each trunk matrix slot of w: the lm_head first, then per layer, in forward
+/// order, the attention projections and the dense FFN or the MoE router, latent projections and shared
+/// expert. The embedding is not visited (a tied lm_head points at it). A slot may be null (an absent
+/// optional matrix). WeightsT is ModelWeights or const ModelWeights.
 template <class WeightsT, class F>
 void for_each_trunk_matrix(WeightsT& w, F&& f) {
   f(w.lm_head, TrunkSlot::Quantizable);
@@ -248,8 +248,8 @@ uint64_t quantize_trunk(ModelWeights& w, QuantKind kind, const ProgressFn& progr
     if (p && p->dtype == DType::BF16 && p->shape.size() == 2 && p->shape[0] > 0 && p->shape[1] % 32 == 0 && !p->quant)
       slots.push_back(&p);
   };
-  for_each_trunk_matrix(w, [&](const TensorView*& p, TrunkSlot kind) {
-    if (kind == TrunkSlot::Quantizable && !(w.lm_head_tied && &p == &w.lm_head)) add(p);
+  for_each_trunk_matrix(w, [&](const TensorView*& p, TrunkSlot slot_kind) {
+    if (slot_kind == TrunkSlot::Quantizable && !(w.lm_head_tied && &p == &w.lm_head)) add(p);
   });
   std::vector<QuantMatrix> q(slots.size());
   std::mutex progress_mu;
