@@ -204,10 +204,10 @@ ModelWeights bind_weights(const Checkpoint& ck) {
 
 namespace {
 
-/// The kind of a trunk matrix slot: quantize_trunk encodes only Quantizable ones (MLA kv_b is read per head
-/// as raw BF16; the routers stay BF16 for expert selection, weights.h); copy_trunk and
-/// mapped_weight_ranges take every kind.
-enum class TrunkSlot { Quantizable, KvB, Router };
+/// The kind of a trunk matrix slot: quantize_trunk encodes only Quantizable ones; MLA kv_b (read per head
+/// as raw BF16) and the routers (BF16 for expert selection, weights.h) are StaysBf16. copy_trunk and
+/// mapped_weight_ranges take both kinds.
+enum class TrunkSlot { Quantizable, StaysBf16 };
 
 /// Calls f(slot, kind) for each trunk matrix slot of w: the lm_head first, then per layer, in forward
 /// order, the attention projections and the dense FFN or the MoE router, latent projections and shared
@@ -223,7 +223,7 @@ void for_each_trunk_matrix(WeightsT& w, F&& f) {
         f(*p, TrunkSlot::Quantizable);
     } else {
       for (auto* p : {&L.mla.q_a, &L.mla.q_b, &L.mla.kv_a}) f(*p, TrunkSlot::Quantizable);
-      f(L.mla.kv_b, TrunkSlot::KvB);
+      f(L.mla.kv_b, TrunkSlot::StaysBf16);
       for (auto* p : {&L.mla.g_proj, &L.mla.o_proj, &L.mla.o_proj_rows}) f(*p, TrunkSlot::Quantizable);
     }
     auto glu = [&](auto& g) {
@@ -232,7 +232,7 @@ void for_each_trunk_matrix(WeightsT& w, F&& f) {
     if (L.spec.ffn == FfnKind::Dense) {
       glu(L.dense);
     } else {
-      f(L.moe.router, TrunkSlot::Router);
+      f(L.moe.router, TrunkSlot::StaysBf16);
       f(L.moe.down, TrunkSlot::Quantizable);
       f(L.moe.up, TrunkSlot::Quantizable);
       if (L.moe.shared) glu(*L.moe.shared);

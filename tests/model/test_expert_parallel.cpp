@@ -360,31 +360,37 @@ TEST(ExpertParallel, MappedRangesOfARankHoldOnlyItsExpertsAndVocabularyRows) {
 
 TEST(ExpertParallel, StreamedExpertsReadOnlyTheRanksOwn) {
   auto ck = k3::Checkpoint::open(k3test::tiny_checkpoint("few_experts", 1));
-  k3::ExpertStoreOptions so;
-  so.direct = false;
-  so.io_threads = 2;
-  k3::ModelOptions mo;
-  mo.exec.threads = 1;
-  mo.expert_store = std::make_shared<k3::ExpertStore>(*ck, so);
-  const std::vector<float> one = run_model(k3::Model(*ck, mo));
-  const uint64_t one_bytes = mo.expert_store->stats().bytes_read;
-  const int n = 4;  // 3 experts: rank 3 holds none
-  std::vector<std::vector<float>> got(n);
-  std::vector<uint64_t> bytes(n);
-  k3test::run_ranks(n, [&](int r, std::shared_ptr<k3::Comm> comm) {
-    k3::ModelOptions o = mo;
-    o.comm = comm;
-    o.expert_store = std::make_shared<k3::ExpertStore>(*ck, so);
-    got[static_cast<size_t>(r)] = run_model(k3::Model(*ck, o));
-    bytes[static_cast<size_t>(r)] = o.expert_store->stats().bytes_read;
-  });
-  uint64_t sum = 0;
-  for (int r = 0; r < n; ++r) {
-    EXPECT_TRUE(same_bits(got[static_cast<size_t>(r)], one)) << "rank " << r;
-    sum += bytes[static_cast<size_t>(r)];
+  // Next-layer prefetch reads predicted experts as well, and how many of its mispredicted reads begin
+  // before they are cancelled depends on timing, so the byte count is exact only without it; with it,
+  // the bits and the expert-less rank's zero bytes still hold.
+  for (const bool prefetch : {false, true}) {
+    k3::ExpertStoreOptions so;
+    so.direct = false;
+    so.io_threads = 2;
+    so.prefetch = prefetch;
+    k3::ModelOptions mo;
+    mo.exec.threads = 1;
+    mo.expert_store = std::make_shared<k3::ExpertStore>(*ck, so);
+    const std::vector<float> one = run_model(k3::Model(*ck, mo));
+    const uint64_t one_bytes = mo.expert_store->stats().bytes_read;
+    const int n = 4;  // 3 experts: rank 3 holds none
+    std::vector<std::vector<float>> got(n);
+    std::vector<uint64_t> bytes(n);
+    k3test::run_ranks(n, [&](int r, std::shared_ptr<k3::Comm> comm) {
+      k3::ModelOptions o = mo;
+      o.comm = comm;
+      o.expert_store = std::make_shared<k3::ExpertStore>(*ck, so);
+      got[static_cast<size_t>(r)] = run_model(k3::Model(*ck, o));
+      bytes[static_cast<size_t>(r)] = o.expert_store->stats().bytes_read;
+    });
+    uint64_t sum = 0;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(same_bits(got[static_cast<size_t>(r)], one)) << "rank " << r << " prefetch " << prefetch;
+      sum += bytes[static_cast<size_t>(r)];
+    }
+    EXPECT_EQ(bytes[3], 0u) << "the rank without experts read expert bytes, prefetch " << prefetch;
+    if (!prefetch) EXPECT_EQ(sum, one_bytes) << "every expert read once, by its rank";
   }
-  EXPECT_EQ(bytes[3], 0u) << "the rank without experts read expert bytes";
-  EXPECT_EQ(sum, one_bytes) << "every expert read once, by its rank";
 }
 
 TEST(ExpertParallel, FingerprintIsTheOneProcessValueOnEveryRank) {
