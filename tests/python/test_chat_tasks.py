@@ -185,3 +185,44 @@ def test_rollout_bookkeeping_on_base_model(llm):
     assert [e.ids for e in again] == [e.ids for e in eps]
     with pytest.raises(ValueError, match="effort"):
         rollout(llm, tasks, "medium")
+
+
+def test_sft_retrieval_drills_leave_out_the_declaration_and_keep_the_turns_asked(llm):
+    from tools.train.episodes import ChatRenderer
+    from tools.train.sft import build_drills, render_example
+    r = ChatRenderer(llm)
+    t = _task("agentic", "next")
+    declared, _ = render_example(r, t, "low")
+    whole, whole_mask = render_example(r, t, "low", declare_tools=False)
+    first, first_mask = render_example(r, t, "low", declare_tools=False, turns=1)
+    decl = llm.tokenize('<|open|>message role="system" type="tool-declare"<|sep|>', special=True)
+    has = lambda ids, sub: any(ids[i:i + len(sub)] == sub for i in range(len(ids) - len(sub) + 1))  # noqa: E731
+    assert has(declared, decl) and not has(whole, decl) and not has(first, decl)
+    # the first turn is a prefix of the whole trajectory, ends with its <|end_of_msg|> and is masked
+    # exactly as there; the whole one has the three assistant turns of a "next" task
+    assert whole[:len(first)] == first and first_mask == whole_mask[:len(first)]
+    assert first[-1] == r.eom and first_mask[-1] == 1
+    back = llm.parse_chat_output(first[len(r.render(t.messages, None, "low")):])
+    assert back["tool_calls"][0]["function"]["name"] == "search"
+    assert json.loads(back["tool_calls"][0]["function"]["arguments"]) == {"text": t.meta["phrase"]}
+    assert sum(1 for i, x in enumerate(whole) if x == r.eom and whole_mask[i]) == 3
+    assert sum(1 for i, x in enumerate(first) if x == r.eom and first_mask[i]) == 1
+    # the mask never covers the user, system or tool ids
+    assert whole_mask[:len(r.render(t.messages, None, "low"))] == [0] * len(r.render(t.messages, None, "low"))
+    ex = build_drills(llm, 3, 5)
+    assert [e["domain"] for e in ex] == ["drill"] * 6
+    assert [e["effort"] for e in ex[::2]] == list(ct.EFFORTS)
+    assert all(ex[2 * i]["ids"] == ex[2 * i + 1]["ids"][:len(ex[2 * i]["ids"])] for i in range(3))
+    drilled = ct.make_tasks("agentic", "train", 3, 5 + 7919)
+    assert {e["id"] for e in ex} == {t.id for t in drilled} and all(t.split == "train" for t in drilled)
+
+
+def test_chat_eval_summary_counts_each_kind(llm):
+    from tools.train.chat_eval import summarize
+    from tools.train.episodes import rollout
+    tasks = [_task("agentic", "lookup"), _task("agentic", "find"), _task("agentic", "lookup")]
+    eps = rollout(llm, tasks, "low", temperature=0.0, max_tokens=8, max_turns=1)
+    eps[0].score = 1.0   # as if the first lookup were answered right
+    m = summarize(eps)
+    assert m["episodes"] == 3 and m["accuracy"] == pytest.approx(1 / 3)
+    assert m["by_kind"] == {"find": {"episodes": 1, "accuracy": 0.0}, "lookup": {"episodes": 2, "accuracy": 0.5}}

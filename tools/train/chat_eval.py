@@ -14,6 +14,7 @@ For each domain in DOMAINS and effort in EFFORTS: n held-out tasks (chat_tasks.m
   thinking_mean / thinking_p95   think-channel ids per episode (summed over its turns); p95 by
                     numpy's linear interpolation
   truncated         episodes stopped by max_turns, max_tokens or the context
+  by_kind           {task kind: {"episodes", "accuracy"}} (e.g. agentic lookup / find / next)
 Usage: python -m tools.train.chat_eval --model models/k3-mini-chat --out eval.json [--n 40]
 """
 from __future__ import annotations
@@ -48,6 +49,9 @@ def summarize(eps: Sequence[Episode]) -> dict[str, Any]:
         "thinking_mean": float(think.mean()) if eps else None,
         "thinking_p95": float(np.percentile(think, 95)) if eps else None,
         "truncated": int(sum(e.truncated for e in eps)),
+        "by_kind": {k: {"episodes": len(ke), "accuracy": float(np.mean([e.score == 1.0 for e in ke]))}
+                    for k in sorted({e.task.meta["kind"] for e in eps})
+                    for ke in [[e for e in eps if e.task.meta["kind"] == k]]},
     }
 
 

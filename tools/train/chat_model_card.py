@@ -44,7 +44,8 @@ def _agg(res: dict, effort: Optional[str] = None, domain: Optional[str] = None) 
             "thinking_mean": sum(c["thinking_mean"] * c["episodes"] for c in cells) / ep if ep else None}
 
 
-def write_card(work: str | Path, mdir: str | Path) -> str:
+def write_card(work: str | Path, mdir: str | Path, time_note: str = "") -> str:
+    """time_note: appended to the time table's heading (e.g. what else ran on the machine)."""
     work, mdir = Path(work), Path(mdir)
     ev = {p.stem: json.loads(p.read_text()) for p in sorted((work / "eval").glob("*.json"))}
     stu = ev["mopd"]["results"]
@@ -156,22 +157,46 @@ def write_card(work: str | Path, mdir: str | Path) -> str:
     notes = []
     low_cells = sorted(((stu[d][e]["turns_ended"], d, e) for d in DOMAINS for e in EFFORTS
                         if stu[d][e]["turns_ended"] is not None and stu[d][e]["turns_ended"] < 0.95))
+    teach = _teacher_cells(ev)
     if low_cells:
         cells = ", ".join(f"{d}/{e} {_pct(t)} ({stu[d][e]['truncated']} of {stu[d][e]['episodes']} episodes "
-                          f"cut at the id limit{'' if not sft_res else '; SFT ' + _pct(sft_res[d][e]['turns_ended'])})"
+                          f"cut at the id limit{'' if not sft_res else '; SFT ' + _pct(sft_res[d][e]['turns_ended'])}"
+                          f"{'' if (d, e) not in teach else '; its teacher ' + _pct(teach[(d, e)]['turns_ended'])})"
                           for t, d, e in low_cells)
         notes.append(f"Turns that do not end: {cells}. The cut turns are greedy repetition loops (the same "
                      f"clause repeated until the {ev['mopd'].get('max_tokens', '?')}-id limit), already in the SFT "
-                     "model; the RL rollouts (temperature 1) ended almost always, so the format gate of the "
-                     "reward had nothing to correct there.")
+                     "model.")
+    wt = _read_jsonl(work / "teachers" / "writing-low" / "rl_log.jsonl")
+    w_temp = wt[0]["args"].get("temperature") if wt else None
+    if w_temp is not None and w_temp < 1.0:
+        notes.append(f"The writing teachers sampled their rollouts at temperature {w_temp}: at temperature 1 the "
+                     "SFT model's continuations end, greedy ones loop, and only rollouts that loop let the "
+                     "format gate of the reward (0 for a turn that does not end) teach a teacher to end. "
+                     "Greedy, held-out, the writing turns that end: " +
+                     ", ".join(f"{e} SFT {_pct(sft_res[d][e]['turns_ended']) if sft_res else '?'} → teacher "
+                               f"{_pct(teach[(d, e)]['turns_ended']) if (d, e) in teach else '?'} → student "
+                               f"{_pct(stu[d][e]['turns_ended'])}" for d in ('writing',) for e in EFFORTS) + ".")
     if sft_res:
         d_sc = [stu[d][e]["mean_score"] - sft_res[d][e]["mean_score"] for d in DOMAINS for e in EFFORTS]
-        notes.append(f"Task accuracy is the SFT stage's (sft_stage.md: the model does not yet use the question's "
-                     f"content); the student's mean score differs from the SFT model's by "
-                     f"{100 * min(d_sc):+.1f} to {100 * max(d_sc):+.1f} points per cell. With almost every "
-                     "sample scoring 0, the RL teachers learned from the format credit and the budget rule "
-                     "(the thinking tokens above) and stayed close to the SFT model, so MOPD had little to "
-                     "distil.")
+        sft_acc = _agg(sft_res)["accuracy"] or 0.0
+        if sft_acc < TRIVIAL_ACCURACY / 2:
+            notes.append(f"Task accuracy is the SFT stage's (sft_stage.md: the model does not yet use the question's "
+                         f"content); the student's mean score differs from the SFT model's by "
+                         f"{100 * min(d_sc):+.1f} to {100 * max(d_sc):+.1f} points per cell. With almost every "
+                         "sample scoring 0, the RL teachers learned from the format credit and the budget rule "
+                         "(the thinking tokens above) and stayed close to the SFT model, so MOPD had little to "
+                         "distil.")
+        else:
+            per_dom = ", ".join(f"{d} {_pct(_agg(sft_res, domain=d)['accuracy'])} → {_pct(_agg(stu, domain=d)['accuracy'])}"
+                                for d in DOMAINS)
+            notes.append(f"Accuracy, SFT stage → this student, pooled over efforts: {per_dom}; the student's mean "
+                         f"score differs from the SFT model's by {100 * min(d_sc):+.1f} to {100 * max(d_sc):+.1f} "
+                         "points per cell.")
+    kinds = [f"{k} {_pct(v['accuracy'])} of {v['episodes']}" for k, v in stu["agentic"]["low"].get("by_kind", {}).items()]
+    if kinds:
+        notes.append("Agentic accuracy per kind (low effort): " + ", ".join(kinds) + ". The tool arguments "
+                     "come from the question; the answers fail where the copy of a long verse or quoted "
+                     "phrase slips, and *next* needs two copies and the verse number plus one.")
     its = [r for r in _read_jsonl(work / "mopd" / "mopd_log.jsonl") if "iter" in r]
     if its and "reward_mean" in its[0]:
         notes.append(f"MOPD: the mean per-token reward (clipped log π_teacher − log π_student over the sampled "
@@ -186,6 +211,10 @@ def write_card(work: str | Path, mdir: str | Path) -> str:
     mo = _read_jsonl(work / "mopd" / "mopd_log.jsonl")
     ma = mo[0]["args"] if mo else {}
     teachers = sorted(p.parent.parent.name for p in (work / "teachers").glob("*/model/config.json"))
+    wa = wt[0]["args"] if wt else {}
+    w_note = ("" if not wa or all(wa.get(k) == ra.get(k) for k in ("iters", "lr", "temperature")) else
+              f"; the writing teachers {wa.get('iters', '?')} iterations at lr {wa.get('lr', '?')} and temperature "
+              f"{wa.get('temperature', '?')}")
     bp, cp = ppl["base"]["ppl"], ppl["chat"]["ppl"]
     card = f"""# K3-mini-chat
 
@@ -251,23 +280,26 @@ K3-mini **{bp:.3f}**, K3-mini-chat **{cp:.3f}** ({100 * (cp / bp - 1):+.1f}%).
 
 ## How it was made
 
-1. **SFT** (tools/train/sft.py): chat_tasks trajectories in the K3 chat format, loss on the ids the
-   assistant samples, KJV text batches mixed in; Muon + AdamW, MXFP4 QAT, Quantile Balancing. The
-   SFT stage's own card (data, its held-out numbers, a copy-batch second stage that was not kept)
-   is [sft_stage.md](sft_stage.md).
+1. **SFT** (tools/train/sft.py) in five stages, each from the last one's fp32 state:
+   chat_tasks trajectories in the K3 chat format, loss on the ids the assistant samples, KJV text
+   batches mixed in; Muon + AdamW, MXFP4 QAT, Quantile Balancing. Stages 2-3 add copy batches (KJV
+   passages and random KJV tokens written twice, loss on the second copy: a copying circuit forms),
+   stages 4-5 retrieval drills (agentic tasks rendered without the ~330-id tool declaration, so the
+   ids copied from the question and the tool results weigh more). The SFT stages' own card (data,
+   settings, held-out numbers) is [sft_stage.md](sft_stage.md).
 2. **RL teachers** (tools/train/rl.py, losses in tools/train/post_losses.py): {len(teachers)} teachers
    ({', '.join(teachers)}), each from the SFT model on one (domain, effort). Rollouts are sampled
    by k3.cpp itself: every iteration the torch policy is exported (MXFP4 experts as published) and
    loaded with `k3.LLM`; the torch model keeps MXFP4 QAT on, so the sampled policy and the trained
    one compute with the same expert values. Reward: 0 for a malformed episode (a turn that does
    not end with `<|close|>message<|sep|><|end_of_msg|>`, an invalid tool call, an agentic task
-   answered without a tool), else 0.2 + 0.8 × the task score (the SFT model scores near 0 on
-   agentic and general train tasks, so a score-only reward would carry no signal). **Budget rule**: b0(x) = median thinking length of the SFT policy's correct samples of
+   answered without a tool), else 0.2 + 0.8 × the task score (the format credit keeps a signal in
+   the groups where every sample scores 0). **Budget rule**: b0(x) = median thinking length of the SFT policy's correct samples of
    task x at that effort ({ra.get('n_samples', '?')} samples, before RL), else the SFT trajectory's
    thinking length; a trajectory thinking more than τ·b0(x) gets reward 0; τ = 2.0 → 1.5 → 1.0 over
    thirds of the run. GRPO advantages per task group of {ra.get('n_samples', '?')} samples, plain
    on-policy REINFORCE, token-level mean; AdamW lr {ra.get('lr', '?')}; {ra.get('iters', '?')} iterations of
-   {ra.get('tasks_per_iter', '?')} tasks × {ra.get('n_samples', '?')} samples (temperature {ra.get('temperature', '?')}).
+   {ra.get('tasks_per_iter', '?')} tasks × {ra.get('n_samples', '?')} samples (temperature {ra.get('temperature', '?')}){w_note}.
    Rollout statistics of each teacher's run (temperature-1 samples of train tasks, not held-out):
 
 {teacher_table}
@@ -276,7 +308,7 @@ K3-mini **{bp:.3f}**, K3-mini-chat **{cp:.3f}** ({100 * (cp / bp - 1):+.1f}%).
    effort); the matching teacher scores each sampled token; r_t = clip(sg[log π_teacher(y_t) −
    log π_student(y_t)], −{ma.get('clip', '?')}, {ma.get('clip', '?')}) is each token's advantage
    (loss −mean r_t·log π_student(y_t)); {ma.get('iters', '?')} iterations of {ma.get('tasks_per_iter', '?')} tasks ×
-   {ma.get('n_samples', '?')} samples per (domain, effort), AdamW lr {ma.get('lr', '?')}.
+   {ma.get('n_samples', '?')} samples per (domain, effort) at temperature {ma.get('temperature', '?')}, AdamW lr {ma.get('lr', '?')}.
 4. **Eval** (tools/train/chat_eval.py) on held-out tasks, greedy, on the exported checkpoints.
 
 Everything reruns from one script (from the repository root):
@@ -285,8 +317,8 @@ Everything reruns from one script (from the repository root):
 tools/train/post_train_k3_mini_chat.sh build/k3-mini-chat-train
 ```
 
-Time on this machine kind (2 cores, shared during this run with two other training jobs; one torch
-thread, k3.cpp with one thread), per stage:
+Time on this machine kind (2 cores; torch on one thread except SFT stages 4-5, k3.cpp on one
+thread), per stage{time_note}:
 
 | stage | minutes |
 |---|---|
@@ -318,8 +350,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", required=True)
     ap.add_argument("--model", required=True)
+    ap.add_argument("--time-note", default="", help="appended to the time table's heading")
     a = ap.parse_args()
-    write_card(a.work, a.model)
+    write_card(a.work, a.model, a.time_note)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,11 @@ as whole-sequence LM batches (--text-every) so the base text perplexity is kept.
 Copy batches (--copy-every): KJV train passages of 24..100 tokens written twice (or, for a
 --copy-random fraction, KJV tokens drawn at random positions), loss on the second copy: plain-text practice at copying from the context, which the agentic tasks need (tool
 arguments from the question, answers from tool results).
---init continues from an earlier stage's trained.pt (the K3-mini-chat pipeline runs two stages).
+Retrieval drills (--drills N, build_drills): N more agentic train tasks rendered without the tool
+declaration, each as its first assistant turn alone and as its whole trajectory, so the ids copied
+from the question (tool arguments) and from the tool results (the answer) weigh more in the loss.
+--init continues from an earlier stage's trained.pt (the K3-mini-chat pipeline runs five stages).
+--threads sets torch's threads (OpenBLAS's come from the environment).
 Batches: examples sorted by length and grouped up to --tokens-per-batch (right padding with
 [PAD], masked out of the loss and of Quantile Balancing).
 Training as pretraining (tools/train/train.py): per-head Muon + AdamW, MXFP4 QAT of the routed
@@ -34,7 +38,7 @@ import random
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -50,20 +54,28 @@ from tools.train.tokenizer import load_encoding
 from tools.train.train import muon_blocks
 
 
-def render_example(r: ChatRenderer, task: ct.Task, effort: str) -> tuple[list[int], list[int]]:
+def render_example(r: ChatRenderer, task: ct.Task, effort: str, *, declare_tools: bool = True,
+                   turns: Optional[int] = None) -> tuple[list[int], list[int]]:
     """(ids, mask) of task.messages + sft_trajectory(task, effort) in the K3 chat format; mask 1 on
-    every id an assistant turn samples (after its generation prompt, through <|end_of_msg|>)."""
+    every id an assistant turn samples (after its generation prompt, through <|end_of_msg|>).
+    declare_tools False leaves the tool declaration out of the context (a retrieval drill, see
+    build_drills); turns: keep only the first `turns` assistant turns (and the tool turns between)."""
     conv = list(task.messages)
-    ids: list[int] = r.render(conv, task.tools, effort, generation_prompt=False)
+    tools = task.tools if declare_tools else None
+    ids: list[int] = r.render(conv, tools, effort, generation_prompt=False)
     mask = [0] * len(ids)
-    for m in ct.sft_trajectory(task, effort):
+    traj = ct.sft_trajectory(task, effort)
+    if turns is not None:
+        idx = [i for i, m in enumerate(traj) if m["role"] == "assistant"]
+        traj = traj[:idx[min(turns, len(idx)) - 1] + 1]
+    for m in traj:
         if m["role"] == "assistant":
-            prompt = r.render(conv, task.tools, effort, generation_prompt=True)
+            prompt = r.render(conv, tools, effort, generation_prompt=True)
             if prompt[:len(ids)] != ids:
                 raise RuntimeError(f"sft: render of {task.id} is not prefix-stable")
             ids, mask = prompt, mask + [0] * (len(prompt) - len(ids))
         conv.append(m)
-        full = r.render(conv, task.tools, effort, generation_prompt=False)
+        full = r.render(conv, tools, effort, generation_prompt=False)
         if full[:len(ids)] != ids:
             raise RuntimeError(f"sft: render of {task.id} is not prefix-stable")
         mask += [1 if m["role"] == "assistant" else 0] * (len(full) - len(ids))
@@ -81,6 +93,22 @@ def build_examples(llm: Any, counts: dict[str, int], seed: int) -> list[dict[str
             eff = ct.EFFORTS[i % len(ct.EFFORTS)]
             ids, mask = render_example(r, t, eff)
             ex.append({"id": t.id, "domain": d, "effort": eff, "ids": ids, "mask": mask})
+    return ex
+
+
+def build_drills(llm: Any, n: int, seed: int) -> list[dict[str, Any]]:
+    """Retrieval drills: n agentic train tasks (other tasks than build_examples' for the same seed)
+    rendered without the tool declaration (~330 ids that every full example repeats), each as two
+    examples: its first assistant turn only (the tool call, whose arguments come from the
+    question) and its whole trajectory (the answer, copied from the tool result). The ids the
+    model must copy from its context are ~3% of these examples' ids, ~0.7% of a full one's."""
+    r = ChatRenderer(llm)
+    ex = []
+    for i, t in enumerate(ct.make_tasks("agentic", "train", n, seed + 7919)):
+        eff = ct.EFFORTS[i % len(ct.EFFORTS)]
+        for turns in (1, None):
+            ids, mask = render_example(r, t, eff, declare_tools=False, turns=turns)
+            ex.append({"id": t.id, "domain": "drill", "effort": eff, "ids": ids, "mask": mask})
     return ex
 
 
@@ -113,6 +141,8 @@ def main() -> None:
     ap.add_argument("--agentic", type=int, default=700, help="train tasks (one effort each)")
     ap.add_argument("--general", type=int, default=1000)
     ap.add_argument("--writing", type=int, default=700)
+    ap.add_argument("--drills", type=int, default=0,
+                    help="agentic train tasks rendered as retrieval drills (build_drills: two short examples each)")
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--tokens-per-batch", type=int, default=2048)
@@ -129,8 +159,9 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=22.0, help="wall-time budget of the training loop")
     ap.add_argument("--max-steps", type=int, default=10**9)
     ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
     a = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -139,6 +170,7 @@ def main() -> None:
     k3 = import_k3()
     with k3.LLM(a.base, threads=1, n_parallel=1, n_ctx=4096, cache_ram_mib=0) as llm:
         examples = build_examples(llm, {"agentic": a.agentic, "general": a.general, "writing": a.writing}, a.seed)
+        examples += build_drills(llm, a.drills, a.seed)
         pad = llm.tokenize("[PAD]", special=True)[0]
     enc = load_encoding(Path(a.base) / "tiktoken.model")
     text = np.array(enc.encode_ordinary(kjv_train_text()), dtype=np.int64)
@@ -159,7 +191,8 @@ def main() -> None:
     nrng = np.random.default_rng(a.seed)
     stats = {d: {"examples": sum(e["domain"] == d for e in examples),
                  "tokens": sum(len(e["ids"]) for e in examples if e["domain"] == d),
-                 "loss_tokens": sum(sum(e["mask"]) for e in examples if e["domain"] == d)} for d in ct.DOMAINS}
+                 "loss_tokens": sum(sum(e["mask"]) for e in examples if e["domain"] == d)}
+             for d in (*ct.DOMAINS, "drill")}
     print(json.dumps({"args": vars(a), "data": stats, "text_tokens": int(len(text)),
                       "data_s": round(time.time() - t_data, 1)}), file=log, flush=True)
 
@@ -215,9 +248,11 @@ def main() -> None:
             ids, m = copy_batch()
             kind = "copy"
         else:
-            ids, m = chat_batch(queue.pop())
+            idx = queue.pop()
+            ids, m = chat_batch(idx)
             kind = "chat"
             n_chat += 1
+            dom = examples[idx[0]]["domain"]
         ema["_last"] = kind
         frac = el / a.minutes
         lr = a.lr * min(1.0, (step + 1) / a.warmup) * (1.0 if frac < 0.7 else 1.0 - 0.9 * (frac - 0.7) / 0.3)
@@ -237,10 +272,14 @@ def main() -> None:
             b.copy_(qb_solve(moe.last_scores[real], b, moe.k))
         lv = loss.item()
         ema[kind] = lv if kind not in ema else 0.95 * ema[kind] + 0.05 * lv
+        if kind == "chat":  # per domain of the batch's first example (batches group similar lengths)
+            k = "chat_" + dom
+            ema[k] = lv if k not in ema else 0.9 * ema[k] + 0.1 * lv
         if step % a.log_every == 0:
             print(json.dumps({"step": step, "epoch": epoch, "kind": kind, "loss": round(lv, 4),
                               "ema_chat": round(ema.get("chat", 0.0), 4), "ema_text": round(ema.get("text", 0.0), 4),
                               "ema_copy": round(ema.get("copy", 0.0), 4),
+                              **{f"ema_{d}": round(ema[f"chat_{d}"], 4) for d in (*ct.DOMAINS, "drill") if f"chat_{d}" in ema},
                               "lr": round(lr, 6), "shape": list(ids.shape),
                               "elapsed_s": round(time.time() - t0, 1)}), file=log, flush=True)
         step += 1
