@@ -209,6 +209,8 @@ def test_sft_retrieval_drills_leave_out_the_declaration_and_keep_the_turns_asked
     assert sum(1 for i, x in enumerate(first) if x == r.eom and first_mask[i]) == 1
     # the mask never covers the user, system or tool ids
     assert whole_mask[:len(r.render(t.messages, None, "low"))] == [0] * len(r.render(t.messages, None, "low"))
+    with pytest.raises(ValueError, match="turns"):
+        render_example(r, t, "low", turns=0)
     ex = build_drills(llm, 3, 5)
     assert [e["domain"] for e in ex] == ["drill"] * 6
     assert [e["effort"] for e in ex[::2]] == list(ct.EFFORTS)

@@ -60,7 +60,7 @@ def test_chat_model_calls_tools_and_ends_its_turns(llm):
         assert e.messages[1]["role"] == "tool" and e.messages[1]["content"] == ct.lookup_verse(v.book, v.chapter, v.verse)
         assert e.messages[-1]["role"] == "assistant" and e.messages[-1]["content"]
         assert not e.messages[-1].get("tool_calls")
-    assert [e.task.meta["keys"][0] for e in eps if e.score == 1.0] == ["Exodus 35:6"], [e.messages for e in eps]
+    assert "Exodus 35:6" in [e.task.meta["keys"][0] for e in eps if e.score == 1.0], [e.messages for e in eps]
     assert eps[1].messages[-1]["content"] == ct.verses()[eps[1].task.meta["verse"]].text
     # the episode re-renders to the ids it sampled; a garbled copy (Jude 1:24's answer here) may
     # sample a tokenization the tokenizer would not produce, which is the model's choice, not a

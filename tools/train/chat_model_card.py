@@ -169,9 +169,9 @@ def write_card(work: str | Path, mdir: str | Path, time_note: str = "") -> str:
     wt = _read_jsonl(work / "teachers" / "writing-low" / "rl_log.jsonl")
     w_temp = wt[0]["args"].get("temperature") if wt else None
     if w_temp is not None and w_temp < 1.0:
-        notes.append(f"The writing teachers sampled their rollouts at temperature {w_temp}: at temperature 1 the "
-                     "SFT model's continuations end, greedy ones loop, and only rollouts that loop let the "
-                     "format gate of the reward (0 for a turn that does not end) teach a teacher to end. "
+        notes.append(f"The writing teachers sampled their rollouts at temperature {w_temp}, so that the loops of "
+                     "greedy decoding occur in the rollouts and the format gate of the reward (0 for a turn "
+                     "that does not end) can teach a teacher to end. "
                      "Greedy, held-out, the writing turns that end: " +
                      ", ".join(f"{e} SFT {_pct(sft_res[d][e]['turns_ended']) if sft_res else '?'} → teacher "
                                f"{_pct(teach[(d, e)]['turns_ended']) if (d, e) in teach else '?'} → student "
@@ -194,9 +194,10 @@ def write_card(work: str | Path, mdir: str | Path, time_note: str = "") -> str:
                          "points per cell.")
     kinds = [f"{k} {_pct(v['accuracy'])} of {v['episodes']}" for k, v in stu["agentic"]["low"].get("by_kind", {}).items()]
     if kinds:
-        notes.append("Agentic accuracy per kind (low effort): " + ", ".join(kinds) + ". The tool arguments "
-                     "come from the question; the answers fail where the copy of a long verse or quoted "
-                     "phrase slips, and *next* needs two copies and the verse number plus one.")
+        notes.append("Agentic accuracy per kind (low effort): " + ", ".join(kinds) + ". *lookup* and *find* "
+                     "need the reference or the quoted words copied from the question into the call and the "
+                     "verse or reference copied from the tool result into the answer; *next* needs two calls "
+                     "and the verse number plus one.")
     its = [r for r in _read_jsonl(work / "mopd" / "mopd_log.jsonl") if "iter" in r]
     if its and "reward_mean" in its[0]:
         notes.append(f"MOPD: the mean per-token reward (clipped log π_teacher − log π_student over the sampled "
@@ -300,7 +301,7 @@ K3-mini **{bp:.3f}**, K3-mini-chat **{cp:.3f}** ({100 * (cp / bp - 1):+.1f}%).
    thirds of the run. GRPO advantages per task group of {ra.get('n_samples', '?')} samples, plain
    on-policy REINFORCE, token-level mean; AdamW lr {ra.get('lr', '?')}; {ra.get('iters', '?')} iterations of
    {ra.get('tasks_per_iter', '?')} tasks × {ra.get('n_samples', '?')} samples (temperature {ra.get('temperature', '?')}){w_note}.
-   Rollout statistics of each teacher's run (temperature-1 samples of train tasks, not held-out):
+   Rollout statistics of each teacher's run (samples of train tasks at the teacher's temperature, not held-out):
 
 {teacher_table}
 

@@ -38,8 +38,8 @@ if [ -n "${SFT_CKPT:-}" ]; then
   SFT=$SFT_CKPT
 else
   # SFT in five stages, each from the last one's fp32 state (models/k3-mini-chat/sft_stage.md):
-  # 1. chat: the format; 2. copy: KJV passages and random KJV tokens written twice (a copying
-  # circuit forms after ~25 min); 3. copy + text: the base text's perplexity back; 4. retrieval
+  # 1. chat: the format; 2. copy: KJV passages and random KJV tokens written twice (the random
+  # ones' loss falls only once a copying circuit forms); 3. copy + text: the base text's perplexity back; 4. retrieval
   # drills: agentic tasks without the tool declaration, so that the ids copied from the question
   # and the tool results are a larger share of the loss; 5. drills with more copy batches and
   # writing tasks (4 and 5: torch on both cores).

@@ -66,6 +66,8 @@ def render_example(r: ChatRenderer, task: ct.Task, effort: str, *, declare_tools
     mask = [0] * len(ids)
     traj = ct.sft_trajectory(task, effort)
     if turns is not None:
+        if turns < 1:
+            raise ValueError(f"render_example: turns must be >= 1 or None, got {turns}")
         idx = [i for i, m in enumerate(traj) if m["role"] == "assistant"]
         traj = traj[:idx[min(turns, len(idx)) - 1] + 1]
     for m in traj:
@@ -97,8 +99,8 @@ def build_examples(llm: Any, counts: dict[str, int], seed: int) -> list[dict[str
 
 
 def build_drills(llm: Any, n: int, seed: int) -> list[dict[str, Any]]:
-    """Retrieval drills: n agentic train tasks (other tasks than build_examples' for the same seed)
-    rendered without the tool declaration (~330 ids that every full example repeats), each as two
+    """Retrieval drills: n agentic train tasks (drawn with seed + 7919, so mostly other tasks than
+    build_examples' for the same seed; a task may occur in both) rendered without the tool declaration (~330 ids that every full example repeats), each as two
     examples: its first assistant turn only (the tool call, whose arguments come from the
     question) and its whole trajectory (the answer, copied from the tool result). The ids the
     model must copy from its context are ~3% of these examples' ids, ~0.7% of a full one's."""

@@ -38,5 +38,5 @@ for m in models/k3-mini "$OUT"; do
   "$K3" perplexity -m "$m" -f models/k3-mini/heldout.txt -c 256 -t 1 --numerics exact --json 2>/dev/null \
     > "$WORK/ppl_$(basename "$m").json"
 done
-$PY -m tools.train.chat_eval --model "$OUT" --out "$OUT/chat_eval.json" --n 30 --threads 1
+$PY -m tools.train.chat_eval --model "$OUT" --out "$OUT/chat_eval.json" --n 30 --threads 1 --max-tokens 256
 date -u +"end %FT%TZ"
