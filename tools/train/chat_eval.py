@@ -37,6 +37,9 @@ def summarize(eps: Sequence[Episode]) -> dict[str, Any]:
     turns = [t for e in eps for t in e.turns]
     calls = sum(e.n_tool_calls for e in eps)
     think = np.array([e.thinking_tokens for e in eps], dtype=np.float64)
+    by_kind: dict[str, list[bool]] = {}
+    for e in eps:
+        by_kind.setdefault(e.task.meta["kind"], []).append(e.score == 1.0)
     return {
         "episodes": len(eps),
         "accuracy": float(np.mean([e.score == 1.0 for e in eps])) if eps else None,
@@ -49,9 +52,8 @@ def summarize(eps: Sequence[Episode]) -> dict[str, Any]:
         "thinking_mean": float(think.mean()) if eps else None,
         "thinking_p95": float(np.percentile(think, 95)) if eps else None,
         "truncated": int(sum(e.truncated for e in eps)),
-        "by_kind": {k: {"episodes": len(ke), "accuracy": float(np.mean([e.score == 1.0 for e in ke]))}
-                    for k in sorted({e.task.meta["kind"] for e in eps})
-                    for ke in [[e for e in eps if e.task.meta["kind"] == k]]},
+        "by_kind": {k: {"episodes": len(scores), "accuracy": float(np.mean(scores))}
+                    for k, scores in sorted(by_kind.items())},
     }
 
 

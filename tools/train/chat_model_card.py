@@ -95,7 +95,8 @@ def write_card(work: str | Path, mdir: str | Path, time_note: str = "") -> str:
     gap_ok = worst is not None and worst[1] >= -FEW_POINTS
     yes = lambda ok: "**met**" if ok else "**not met**"  # noqa: E731
     # the gap goal says nothing when the teachers themselves score about nothing
-    best_teacher = max((t["accuracy"] for t in _teacher_cells(ev).values()), default=None)
+    teach = _teacher_cells(ev)
+    best_teacher = max((t["accuracy"] for t in teach.values()), default=None)
     trivial = best_teacher is not None and best_teacher < TRIVIAL_ACCURACY
     goals = "\n".join([
         "| goal | measured (MOPD student, held-out, greedy) | |", "|---|---|---|",
@@ -157,7 +158,6 @@ def write_card(work: str | Path, mdir: str | Path, time_note: str = "") -> str:
     notes = []
     low_cells = sorted(((stu[d][e]["turns_ended"], d, e) for d in DOMAINS for e in EFFORTS
                         if stu[d][e]["turns_ended"] is not None and stu[d][e]["turns_ended"] < 0.95))
-    teach = _teacher_cells(ev)
     if low_cells:
         cells = ", ".join(f"{d}/{e} {_pct(t)} ({stu[d][e]['truncated']} of {stu[d][e]['episodes']} episodes "
                           f"cut at the id limit{'' if not sft_res else '; SFT ' + _pct(sft_res[d][e]['turns_ended'])}"

@@ -5,7 +5,7 @@
 # Usage: tools/train/post_train_k3_mini_chat.sh [WORK_DIR]   (from the repository root, after
 #        tools/train/train_k3_mini.sh's models/k3-mini and a build of `k3` and the k3_python target)
 # SFT_CKPT=PATH reuses an SFT checkpoint (train.py format) instead of running the five SFT stages.
-# Sizes (env): MAX_TOKENS, SFT_MINUTES (stage 1), RL_ITERS, RL_POOL (train tasks per domain with a b0), RL_MINUTES (per teacher), RL_LR (RL; MOPD_LR defaults to it), WRITING_TEMP (writing teachers' sampling), MOPD_LR, MOPD_TEMP, MOPD_ITERS, EVAL_N.
+# Sizes (env): MAX_TOKENS, SFT_MINUTES (SFT stage 1), RL_ITERS, RL_POOL (train tasks per domain with a b0), RL_MINUTES (per teacher), RL_LR (RL; MOPD_LR defaults to it), WRITING_TEMP (writing teachers' sampling), MOPD_LR, MOPD_TEMP, MOPD_ITERS, EVAL_N.
 # A rerun with the same WORK_DIR skips the stages whose output exists (times.jsonl keeps appending).
 # Threads: 1 (torch, OpenBLAS, k3.LLM) except SFT stages 4-5 (torch on 2); the time of each stage goes
 # to WORK/times.jsonl.
@@ -37,29 +37,17 @@ stage() {  # stage NAME DONE_FILE CMD...: runs CMD unless DONE_FILE exists (a re
 if [ -n "${SFT_CKPT:-}" ]; then
   SFT=$SFT_CKPT
 else
-  # SFT in five stages, each from the last one's fp32 state (models/k3-mini-chat/sft_stage.md):
-  # 1. chat: the format; 2. copy: KJV passages and random KJV tokens written twice (the random
-  # ones' loss falls only once a copying circuit forms); 3. copy + text: the base text's perplexity back; 4. retrieval
-  # drills: agentic tasks without the tool declaration, so that the ids copied from the question
-  # and the tool results are a larger share of the loss; 5. drills with more copy batches and
-  # writing tasks (4 and 5: torch on both cores).
+  # the five SFT stages (tools/train/sft_stages.sh), each a resumable stage of this pipeline
+  . tools/train/sft_stages.sh
   sft() { local name=$1 dir=$2; shift 2
     stage "sft $name" "$WORK/$dir/trained.pt" $PY -m tools.train.sft --base models/k3-mini --out "$WORK/$dir" "$@"; }
-  sft "1/5: chat" sft --minutes "${SFT_MINUTES:-22}"
-  sft "2/5: copy" sft-copy --init "$WORK/sft/trained.pt" --seed 99 --agentic 1500 --general 300 --writing 200 \
-    --copy-every 1 --copy-random 0.5 --minutes 36
-  sft "3/5: copy + text" sft-text --init "$WORK/sft-copy/trained.pt" --seed 7 --agentic 1200 --general 300 --writing 200 \
-    --lr 1e-3 --text-every 2 --copy-every 1 --copy-random 0.5 --minutes 15
-  OPENBLAS_NUM_THREADS=2 sft "4/5: retrieval drills" sft-drill --init "$WORK/sft-text/trained.pt" --seed 11 \
-    --agentic 800 --general 1000 --writing 700 --drills 2500 --lr 1e-3 --copy-every 4 --copy-random 0.5 --minutes 40 --threads 2
-  OPENBLAS_NUM_THREADS=2 sft "5/5: drills + copy" sft-drill2 --init "$WORK/sft-drill/trained.pt" --seed 13 \
-    --agentic 800 --general 600 --writing 1200 --drills 2500 --lr 7e-4 --copy-every 2 --copy-random 0.5 --minutes 25 --threads 2
+  sft_stages sft "$WORK"
   SFT=$WORK/sft-drill2/trained.pt
 fi
 RLARGS=(--iters "$RL_ITERS" --max-minutes "$RL_MINUTES" --pool "$RL_POOL" --tasks-per-iter 4 --n-samples 4 --lr "$RL_LR" --max-tokens "$MAX_TOKENS")
-# Writing teachers sample at temperature WRITING_TEMP with more, larger steps: at temperature 1 the
-# SFT model's continuations end, greedy ones loop until the id limit, and only rollouts that loop
-# let the format gate of the reward teach the teacher to end its turn.
+# Writing teachers sample at temperature WRITING_TEMP with more, larger steps, so that the loops of
+# greedy decoding occur in their rollouts and the format gate of the reward (0 for a turn that does
+# not end) can teach them to end their turns.
 WARGS=(--iters 12 --max-minutes 8 --pool "$RL_POOL" --tasks-per-iter 4 --n-samples 4 --lr 3e-4 --max-tokens "$MAX_TOKENS"
        --temperature "${WRITING_TEMP:-0.5}")
 for d in agentic general writing; do

@@ -14,22 +14,13 @@ K3=${K3_BIN:-build/tools/cli/k3}
 MINUTES=${K3_SFT_MINUTES:-22}
 . tools/train/openblas_env.sh  # OpenBLAS for torch, one thread, PYTHONPATH=.
 date -u +"start %FT%TZ"
-# Five stages, each from the last one's fp32 state (the same as post_train_k3_mini_chat.sh's):
-# chat; copy (KJV passages and random KJV tokens written twice); copy + text; retrieval drills
-# (agentic tasks without the tool declaration); drills + copy (4 and 5: torch on both cores).
-# WORK/trained.pt is the last.
-sft() { local dir=$1; shift
+# The five stages of tools/train/sft_stages.sh (the same as post_train_k3_mini_chat.sh's), each
+# skipped when its trained.pt exists; WORK/trained.pt is the last.
+. tools/train/sft_stages.sh
+sft() { local dir=$2; shift 2
   [ -e "$WORK/$dir/trained.pt" ] || $PY -m tools.train.sft --base models/k3-mini --out "$WORK/$dir" "$@"; }
-sft 1-chat --minutes "$MINUTES" --seed 1234 --agentic 700 --general 1000 --writing 700
-sft 2-copy --init "$WORK/1-chat/trained.pt" --seed 99 --agentic 1500 --general 300 --writing 200 \
-  --copy-every 1 --copy-random 0.5 --minutes 36
-sft 3-text --init "$WORK/2-copy/trained.pt" --seed 7 --agentic 1200 --general 300 --writing 200 \
-  --lr 1e-3 --text-every 2 --copy-every 1 --copy-random 0.5 --minutes 15
-OPENBLAS_NUM_THREADS=2 sft 4-drill --init "$WORK/3-text/trained.pt" --seed 11 --agentic 800 --general 1000 \
-  --writing 700 --drills 2500 --lr 1e-3 --copy-every 4 --copy-random 0.5 --minutes 40 --threads 2
-OPENBLAS_NUM_THREADS=2 sft 5-drill2 --init "$WORK/4-drill/trained.pt" --seed 13 --agentic 800 --general 600 \
-  --writing 1200 --drills 2500 --lr 7e-4 --copy-every 2 --copy-random 0.5 --minutes 25 --threads 2
-cp "$WORK/5-drill2/trained.pt" "$WORK/5-drill2/tiktoken.model" "$WORK/"
+SFT_MINUTES=$MINUTES sft_stages sft "$WORK"
+cp "$WORK/sft-drill2/trained.pt" "$WORK/sft-drill2/tiktoken.model" "$WORK/"
 $PY -m tools.train.export --work "$WORK" --out "$OUT"
 cmp models/k3-mini/tiktoken.model "$OUT/tiktoken.model"
 cmp models/k3-mini/tokenizer_config.json "$OUT/tokenizer_config.json"
